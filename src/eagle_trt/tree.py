@@ -1,0 +1,300 @@
+"""EAGLE draft trees: choices, validation, TRT-LLM brace syntax, masks, depths and retrieve paths.
+
+A static tree is a list of *choices* (Medusa format): each choice is a path of child ranks from the root, e.g.
+``[0]`` is the top-1 child of the root and ``[0, 1]`` the 2nd-ranked child of that node. The root (the last committed
+token, the one the verify step starts from) is implicit. Every prefix of a choice must itself be a choice.
+
+Worked example, choices ``[[0], [1], [0, 0], [0, 1]]``::
+
+    node 0 (root)                    depth 0
+    ├── node 1  [0]                  depth 1
+    │   ├── node 3  [0, 0]           depth 2
+    │   └── node 4  [0, 1]           depth 2
+    └── node 2  [1]                  depth 1
+
+    attention_mask (row i sees column j)   packed_mask (bit j of row i)   retrieve_paths
+      0 1 2 3 4                              row 0: 0b00001 = 1             [0, 1, 3]
+    0 1 . . . .                              row 1: 0b00011 = 3             [0, 1, 4]
+    1 1 1 . . .                              row 2: 0b00101 = 5             [0, 2, -1]
+    2 1 . 1 . .                              row 3: 0b01011 = 11
+    3 1 1 . 1 .                              row 4: 0b10011 = 19
+    4 1 1 . . 1
+
+Nodes are numbered root first, then the choices sorted by (depth, lexicographic), so parents come before
+children and the mask is lower-triangular. A node's RoPE position is (prefix length + depth), never its index.
+The packed mask is TRT-LLM's ``spec_decoding_packed_mask`` layout: int32 words, LSB first, bit 0 = the root.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from eagle_trt.errors import EagleTrtError
+
+# TensorRT-LLM's default (FasterDecoding/Medusa mc_sim_7b_63): 63 nodes, depth 4, at most 10 non-leaves per depth.
+MC_SIM_7B_63 = [
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4], [2, 0], [0, 5], [0, 0, 1],
+    [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8], [0, 0, 2], [3, 0], [0, 9], [8], [9], [1, 0, 0],
+    [0, 2, 0], [1, 2], [0, 0, 3], [4, 0], [2, 1], [0, 0, 4], [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6],
+    [0, 3, 0], [5, 0], [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2],
+    [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0], [0, 6, 0], [0, 0, 0, 1],
+    [1, 6], [0, 7, 0],
+]
+# SafeAILab/EAGLE eagle/model/choices.py uses the same name for a different, smaller tree: 25 nodes, depth 5.
+EAGLE_DEFAULT = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0], [0, 0, 0], [0, 0, 1],
+    [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2],
+    [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]
+NAMED_TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "eagle_default": EAGLE_DEFAULT}
+TREE_ARG_HELP = "chain:N | static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A validated static tree. `choices` is sorted by (depth, lexicographic); node i+1 is choices[i]."""
+
+    choices: tuple[tuple[int, ...], ...]
+
+    # ---- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_choices(cls, choices, source: str = "choices") -> Tree:
+        if not isinstance(choices, (list, tuple)) or not choices:
+            raise EagleTrtError(f"{source}: a tree needs a non-empty list of paths, got {choices!r}",
+                                "write it like [[0], [1], [0, 0]]: each path lists child ranks from the root")
+        paths = []
+        for c in choices:
+            if (not isinstance(c, (list, tuple)) or not c
+                    or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in c)):
+                raise EagleTrtError(f"{source}: invalid path {c!r}",
+                                    "every path is a non-empty list of non-negative integer child ranks")
+            paths.append(tuple(c))
+        seen = set()
+        for p in paths:
+            if p in seen:
+                raise EagleTrtError(f"{source}: path {list(p)} appears twice", "list every node once")
+            seen.add(p)
+        for p in paths:
+            if len(p) > 1 and p[:-1] not in seen:
+                raise EagleTrtError(f"{source}: path {list(p)} has no parent {list(p[:-1])}",
+                                    "give every node explicitly, including all prefixes of each path")
+        return cls(tuple(sorted(paths, key=lambda p: (len(p), p))))
+
+    @classmethod
+    def chain(cls, n: int) -> Tree:
+        if not isinstance(n, int) or n < 1:
+            raise EagleTrtError(f"chain length must be a positive integer, got {n!r}", "use e.g. chain:4")
+        return cls(tuple((0,) * d for d in range(1, n + 1)))
+
+    @classmethod
+    def named(cls, name: str) -> Tree:
+        if name not in NAMED_TREES:
+            raise EagleTrtError(f"unknown tree name {name!r}", f"known trees: {', '.join(sorted(NAMED_TREES))}")
+        return cls.from_choices(NAMED_TREES[name], source=name)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Tree:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise EagleTrtError(f"tree file {path} does not exist", "pass a JSON file holding a list of paths") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EagleTrtError(f"tree file {path} is not readable JSON: {exc}",
+                                "write the choices as a JSON list, e.g. [[0], [1], [0, 0]]") from None
+        return cls.from_choices(data, source=str(path))
+
+    @classmethod
+    def from_brace(cls, text: str) -> Tree:
+        """Parse TRT-LLM's brace syntax ``{0}, {0, 0}, {1}`` (what the tensorrtllm backend's eagle_choices takes)."""
+        body = text.strip()
+        if not body:
+            raise EagleTrtError("empty eagle_choices string", "write it like {0}, {0, 0}, {1}")
+        if body.startswith("{{") and body.endswith("}}"):
+            body = body[1:-1]
+        try:
+            data = json.loads("[" + body.replace("{", "[").replace("}", "]") + "]")
+        except json.JSONDecodeError:
+            raise EagleTrtError(f"cannot parse eagle_choices {text!r}", "write it like {0}, {0, 0}, {1}") from None
+        return cls.from_choices(data, source="eagle_choices")
+
+    # ---- structure ----------------------------------------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        """Draft nodes, root excluded (TRT-LLM's count against max_draft_len)."""
+        return len(self.choices)
+
+    @property
+    def depth(self) -> int:
+        return max(len(c) for c in self.choices)
+
+    @cached_property
+    def _index(self) -> dict[tuple[int, ...], int]:
+        return {c: i + 1 for i, c in enumerate(self.choices)} | {(): 0}
+
+    def parents(self) -> np.ndarray:
+        """[N+1] int64: parent node of each node; -1 for the root."""
+        return np.array([-1] + [self._index[c[:-1]] for c in self.choices], dtype=np.int64)
+
+    def depths(self) -> np.ndarray:
+        """[N+1] int64: depth of each node (root 0); verify positions are prefix length + depth."""
+        return np.array([0] + [len(c) for c in self.choices], dtype=np.int64)
+
+    def ranks(self) -> np.ndarray:
+        """[N+1] int64: draft rank of each node among its siblings (root 0)."""
+        return np.array([0] + [c[-1] for c in self.choices], dtype=np.int64)
+
+    def children(self) -> list[list[int]]:
+        """children()[i] = node ids of node i's children, in draft-rank order."""
+        kids: list[list[int]] = [[] for _ in range(self.num_nodes + 1)]
+        for node, parent in enumerate(self.parents()[1:], start=1):
+            kids[parent].append(node)
+        ranks = self.ranks()
+        return [sorted(k, key=lambda n: ranks[n]) for k in kids]
+
+    def attention_mask(self) -> np.ndarray:
+        """[N+1, N+1] bool: row i may attend to column j iff j is an ancestor of i or i itself."""
+        n = self.num_nodes + 1
+        mask = np.zeros((n, n), dtype=bool)
+        parents = self.parents()
+        for i in range(n):
+            mask[i, i] = True
+            if i:
+                mask[i] |= mask[parents[i]]
+        return mask
+
+    def packed_mask(self) -> np.ndarray:
+        """[N+1, ceil((N+1)/32)] int32: TRT-LLM spec_decoding_packed_mask rows (bit j LSB-first in word j//32)."""
+        return pack_mask(self.attention_mask())
+
+    def leaves(self) -> list[int]:
+        has_child = set(self.parents()[1:].tolist())
+        return [i for i in range(1, self.num_nodes + 1) if i not in has_child]
+
+    def retrieve_paths(self) -> np.ndarray:
+        """[num_leaves, depth+1] int64: root-to-leaf node ids, padded with -1."""
+        parents = self.parents()
+        rows = []
+        for leaf in self.leaves():
+            path = [leaf]
+            while path[-1] != 0:
+                path.append(int(parents[path[-1]]))
+            rows.append(path[::-1] + [-1] * (self.depth + 1 - len(path)))
+        return np.array(rows, dtype=np.int64)
+
+    def non_leaves_per_depth(self) -> list[int]:
+        """Number of nodes with children at each depth 0..depth-1 (the root counts at depth 0)."""
+        counts = [0] * self.depth
+        depths = self.depths()
+        for parent in set(self.parents()[1:].tolist()):
+            counts[depths[parent]] += 1
+        return counts
+
+    # ---- rendering ----------------------------------------------------------------------------------------------
+    def to_list(self) -> list[list[int]]:
+        return [list(c) for c in self.choices]
+
+    def to_brace(self) -> str:
+        """TRT-LLM brace syntax for the tensorrtllm backend's `eagle_choices` parameter."""
+        return ", ".join("{" + ", ".join(str(r) for r in c) + "}" for c in self.choices)
+
+
+def pack_mask(mask: np.ndarray) -> np.ndarray:
+    """[rows, n] bool -> [rows, ceil(n/32)] int32, bit j of word j//32 set iff mask[:, j] (LSB first)."""
+    rows, n = mask.shape
+    words = (n + 31) // 32
+    packed = np.zeros((rows, words), dtype=np.int64)
+    for j in range(n):
+        packed[:, j // 32] |= mask[:, j].astype(np.int64) << (j % 32)
+    return packed.astype(np.uint32).view(np.int32)
+
+
+def unpack_mask(packed: np.ndarray, n: int) -> np.ndarray:
+    """Inverse of pack_mask: [rows, words] int32 -> [rows, n] bool."""
+    bits = packed.view(np.uint32).astype(np.int64)
+    return np.stack([(bits[:, j // 32] >> (j % 32)) & 1 for j in range(n)], axis=1).astype(bool)
+
+
+def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:
+    """TRT-LLM's rules for eagle_choices (examples/eagle/README.md): depth == num_eagle_layers, nodes <=
+    max_draft_len, non-leaf nodes per depth <= max_non_leaves_per_layer. Raises EagleTrtError listing every breach."""
+    problems = []
+    if tree.depth != num_eagle_layers:
+        problems.append(f"tree depth {tree.depth} != num_eagle_layers {num_eagle_layers} (TRT-LLM needs them equal; "
+                        f"pass --num-eagle-layers {tree.depth} or a tree of depth {num_eagle_layers})")
+    if tree.num_nodes > max_draft_len:
+        problems.append(f"tree has {tree.num_nodes} nodes > max_draft_len {max_draft_len} "
+                        f"(pass --max-draft-len {tree.num_nodes} or a smaller tree)")
+    worst = max(tree.non_leaves_per_depth())
+    if worst > max_non_leaves_per_layer:
+        problems.append(f"tree has {worst} non-leaf nodes at one depth > max_non_leaves_per_layer "
+                        f"{max_non_leaves_per_layer} (pass --max-non-leaves-per-layer {worst})")
+    if problems:
+        raise EagleTrtError("the EAGLE tree does not fit the TensorRT-LLM engine: " + "; ".join(problems),
+                            "adjust the tree or the engine limits as suggested")
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """How the runtime drafts: a static tree (`kind` "static" or "chain") or an EAGLE-2 dynamic tree."""
+
+    kind: str  # "chain" | "static" | "dynamic"
+    tree: Tree | None = None
+    depth: int = 0
+    top_k: int = 0
+    total_tokens: int = 0  # draft nodes selected per step (root excluded)
+
+    def to_arg(self) -> str:
+        if self.kind == "dynamic":
+            return f"dynamic:{self.depth},{self.top_k},{self.total_tokens}"
+        if self.kind == "chain":
+            return f"chain:{self.tree.num_nodes}"
+        return "static:" + json.dumps(self.tree.to_list(), separators=(",", ":"))
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return self.total_tokens if self.kind == "dynamic" else self.tree.num_nodes
+
+
+def parse_tree_arg(arg: str) -> TreeConfig:
+    """Parse a --tree value: ``chain:N``, ``static:NAME``, ``static:FILE``, ``static:[[0],[0,0]]`` or
+    ``dynamic:DEPTH,TOPK,TOKENS`` (EAGLE-2: expand DEPTH levels with TOPK children, keep TOKENS draft nodes)."""
+    kind, sep, value = str(arg).partition(":")
+    if not sep or not value:
+        raise EagleTrtError(f"invalid tree spec {arg!r}", f"use {TREE_ARG_HELP}")
+    if kind == "chain":
+        try:
+            n = int(value)
+        except ValueError:
+            raise EagleTrtError(f"invalid chain length in {arg!r}", "use chain:N with N >= 1, e.g. chain:4") from None
+        return TreeConfig("chain", tree=Tree.chain(n))
+    if kind == "static":
+        if value in NAMED_TREES:
+            return TreeConfig("static", tree=Tree.named(value))
+        if value.lstrip().startswith("["):
+            try:
+                return TreeConfig("static", tree=Tree.from_choices(json.loads(value), source=arg))
+            except json.JSONDecodeError:
+                raise EagleTrtError(f"invalid inline tree in {arg!r}", "write static:[[0],[1],[0,0]]") from None
+        if not Path(value).exists():
+            raise EagleTrtError(f"unknown tree {value!r} in {arg!r}: neither a named tree nor an existing file",
+                                f"named trees: {', '.join(sorted(NAMED_TREES))}; or a JSON file of paths")
+        return TreeConfig("static", tree=Tree.from_file(value))
+    if kind == "dynamic":
+        try:
+            depth, top_k, total = (int(x) for x in value.split(","))
+        except ValueError:
+            raise EagleTrtError(f"invalid dynamic tree spec {arg!r}",
+                                "use dynamic:DEPTH,TOPK,TOKENS with three integers, e.g. dynamic:5,8,48") from None
+        if depth < 1 or top_k < 1 or total < 1:
+            raise EagleTrtError(f"dynamic tree values must be >= 1, got {arg!r}", "e.g. dynamic:5,8,48")
+        if total > top_k + depth * top_k * top_k:
+            raise EagleTrtError(f"dynamic tree {arg!r} asks for {total} tokens but can draft at most "
+                                f"{top_k + depth * top_k * top_k}", "lower TOKENS or raise DEPTH/TOPK")
+        return TreeConfig("dynamic", depth=depth, top_k=top_k, total_tokens=total)
+    raise EagleTrtError(f"unknown tree kind {kind!r} in {arg!r}", f"use {TREE_ARG_HELP}")

@@ -1,0 +1,129 @@
+"""Static trees: choices validation, masks, depths, retrieve paths, packed masks, brace round trip, --tree parsing."""
+
+import json
+
+import numpy as np
+import pytest
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.tree import (MC_SIM_7B_63, Tree, pack_mask, parse_tree_arg, unpack_mask, validate_for_trtllm)
+
+SMALL = [[0], [1], [0, 0], [0, 1]]
+
+
+def test_small_tree_hand_checked():
+    t = Tree.from_choices([[0, 1], [1], [0], [0, 0]])  # order of input does not matter
+    assert t.choices == ((0,), (1,), (0, 0), (0, 1))
+    assert t.num_nodes == 4 and t.depth == 2
+    assert t.parents().tolist() == [-1, 0, 0, 1, 1]
+    assert t.depths().tolist() == [0, 1, 1, 2, 2]
+    assert t.children() == [[1, 2], [3, 4], [], [], []]
+    expected = np.array([[1, 0, 0, 0, 0],
+                         [1, 1, 0, 0, 0],
+                         [1, 0, 1, 0, 0],
+                         [1, 1, 0, 1, 0],
+                         [1, 1, 0, 0, 1]], dtype=bool)
+    assert (t.attention_mask() == expected).all()
+    assert t.packed_mask()[:, 0].tolist() == [1, 3, 5, 11, 19]
+    assert t.retrieve_paths().tolist() == [[0, 2, -1], [0, 1, 3], [0, 1, 4]]
+    assert t.non_leaves_per_depth() == [1, 1]
+
+
+def test_chain_packed_rows_are_low_bit_runs():
+    t = Tree.chain(5)
+    assert t.depth == 5 and t.num_nodes == 5
+    assert t.packed_mask()[:, 0].tolist() == [(1 << (i + 1)) - 1 for i in range(6)]
+    assert t.retrieve_paths().tolist() == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_trtllm_default_tree():
+    t = Tree.named("mc_sim_7b_63")
+    assert t.num_nodes == 63 and t.depth == 4
+    assert t.non_leaves_per_depth() == [1, 10, 10, 1]
+    validate_for_trtllm(t, num_eagle_layers=4, max_draft_len=63, max_non_leaves_per_layer=10)
+    mask = t.attention_mask()
+    assert mask.shape == (64, 64) and np.array_equal(mask, np.tril(mask))  # parents first: lower-triangular
+    assert t.packed_mask().shape == (64, 2)
+    assert (unpack_mask(t.packed_mask(), 64) == mask).all()
+    # every row's visible set is exactly its root-to-node path
+    for row, depth in zip(mask, t.depths()):
+        assert row.sum() == depth + 1
+
+
+def test_eagle_default_differs_from_trtllm_default():
+    t = Tree.named("eagle_default")
+    assert t.num_nodes == 25 and t.depth == 5 and len(t.children()[0]) == 4
+    assert t.choices != Tree.named("mc_sim_7b_63").choices
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 64, 65])
+def test_pack_unpack_word_boundaries(n):
+    rng = np.random.default_rng(n)
+    mask = rng.random((n, n)) < 0.5
+    packed = pack_mask(mask)
+    assert packed.dtype == np.int32 and packed.shape == (n, (n + 31) // 32)
+    assert (unpack_mask(packed, n) == mask).all()
+
+
+@pytest.mark.parametrize("choices", [SMALL, MC_SIM_7B_63, [[0], [0, 0], [0, 0, 0]]])
+def test_brace_round_trip(choices):
+    t = Tree.from_choices(choices)
+    text = t.to_brace()
+    assert "[" not in text and text.startswith("{0}")
+    assert Tree.from_brace(text) == t
+
+
+@pytest.mark.parametrize("bad, words", [
+    ([], "non-empty"),
+    ([[0], [0]], "twice"),
+    ([[0, 0]], "no parent"),
+    ([[0], [-1]], "invalid path"),
+    ([[0], [1.5]], "invalid path"),
+    ([[0], []], "invalid path"),
+    ("[[0]]", "non-empty list"),
+])
+def test_invalid_choices(bad, words):
+    with pytest.raises(EagleTrtError, match=words):
+        Tree.from_choices(bad)
+
+
+def test_validate_for_trtllm_lists_every_breach():
+    t = Tree.named("mc_sim_7b_63")
+    with pytest.raises(EagleTrtError) as err:
+        validate_for_trtllm(t, num_eagle_layers=3, max_draft_len=60, max_non_leaves_per_layer=8)
+    msg = str(err.value)
+    assert "depth 4 != num_eagle_layers 3" in msg
+    assert "63 nodes > max_draft_len 60" in msg
+    assert "10 non-leaf nodes" in msg and "--max-non-leaves-per-layer 10" in msg
+
+
+def test_parse_tree_arg(tmp_path):
+    assert parse_tree_arg("chain:3").tree == Tree.chain(3)
+    assert parse_tree_arg("static:mc_sim_7b_63").tree.num_nodes == 63
+    f = tmp_path / "tree.json"
+    f.write_text(json.dumps(SMALL))
+    assert parse_tree_arg(f"static:{f}").tree == Tree.from_choices(SMALL)
+    assert parse_tree_arg("static:[[0],[0,0]]").tree.depth == 2
+    dyn = parse_tree_arg("dynamic:5,8,48")
+    assert (dyn.kind, dyn.depth, dyn.top_k, dyn.total_tokens) == ("dynamic", 5, 8, 48)
+    for cfg in (dyn, parse_tree_arg("chain:3"), parse_tree_arg("static:eagle_default")):
+        assert parse_tree_arg(cfg.to_arg()) == cfg
+
+
+@pytest.mark.parametrize("arg, words", [
+    ("chain", "invalid tree spec"), ("chain:x", "chain length"), ("chain:0", "positive"),
+    ("static:nope", "neither a named tree nor an existing file"), ("dynamic:5,8", "three integers"),
+    ("dynamic:0,8,8", ">= 1"), ("dynamic:1,2,100", "at most"), ("beam:3", "unknown tree kind"),
+])
+def test_parse_tree_arg_errors(arg, words):
+    with pytest.raises(EagleTrtError, match=words):
+        parse_tree_arg(arg)
+
+
+def test_tree_file_errors(tmp_path):
+    with pytest.raises(EagleTrtError, match="does not exist"):
+        Tree.from_file(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(EagleTrtError, match="not readable JSON"):
+        Tree.from_file(bad)
