@@ -1,0 +1,222 @@
+"""BuildSpec: every value a bundle is built from, validated once and saved as OUT/eagle_trt_spec.json.
+
+`eagle-trt build` creates it with `BuildSpec.create(base_dir, draft_dir, **options)`; every later step (checkpoint
+conversion, trtllm-build, the Triton model repository, the perf harness, the python engine model at serve time)
+reads the saved spec instead of re-deriving anything, so max_batch_size, max_draft_len, the tree, dtype and paths
+cannot disagree between engines and configs. Variants are made with `dataclasses.replace`, never by mutation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_trt import __version__
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
+from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_trtllm
+
+SPEC_FILE = "eagle_trt_spec.json"
+ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
+DTYPES = ("float16", "bfloat16", "float32")
+DEFAULT_TREE = "mc_sim_7b_63"
+DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildSpec:
+    """What a bundle is built from. Sizes follow trtllm-build's names (research/trtllm_eagle.md §C.1)."""
+
+    base: ModelSpec
+    draft: DraftSpec | None
+    engine: str
+    tree: Tree  # static tree of the TRT-LLM engine (eagle_choices)
+    runtime_tree: str  # --tree value for the pytorch engine (chain:N | static:... | dynamic:D,K,T)
+    dtype: str
+    tp_size: int = 1
+    max_batch_size: int = 8
+    max_input_len: int = 4096
+    max_seq_len: int = 8192
+    max_num_tokens: int = 8192
+    max_draft_len: int = 63
+    num_eagle_layers: int = 4
+    max_non_leaves_per_layer: int = 10
+    device: str = "cpu"
+    chat_template: bool = True
+    eagle_trt_version: str = __version__
+
+    # ---- creation -----------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, *, engine: str,
+               tree: str | Tree = DEFAULT_TREE, runtime_tree: str = DEFAULT_RUNTIME_TREE, dtype: str = "auto",
+               tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
+               max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
+               num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
+               device: str = "cpu", chat_template: bool = True) -> BuildSpec:
+        """Read and check base + draft, fill defaults from the tree and the base, and validate everything."""
+        base = ModelSpec.from_dir(base_dir)
+        draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        if engine not in ENGINES:
+            raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
+        if draft is not None:
+            require_compatible(base, draft, engine=engine)
+        static = tree if isinstance(tree, Tree) else _static_tree(tree)
+        if dtype == "auto":
+            dtype = _auto_dtype(base.torch_dtype, engine, device)
+        max_seq_len = max_seq_len or min(8192, base.max_position_embeddings)
+        max_input_len = max_input_len or max(1, min(4096, max_seq_len // 2))
+        spec = cls(
+            base=base, draft=draft, engine=engine, tree=static, runtime_tree=runtime_tree, dtype=dtype,
+            tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
+            max_num_tokens=max_num_tokens or 8192,
+            max_draft_len=max_draft_len if max_draft_len is not None else static.num_nodes,
+            num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
+            max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
+                                      else max(static.non_leaves_per_depth())),
+            device=device, chat_template=chat_template,
+        )
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        """Check every cross-value rule; raise one EagleTrtError listing all problems."""
+        problems: list[str] = []
+        if self.engine not in ENGINES:
+            problems.append(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)} (or auto)")
+        if self.device not in ("cpu", "cuda"):
+            problems.append(f"device {self.device!r} is not cpu or cuda")
+        for name in ("tp_size", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
+                     "max_draft_len", "num_eagle_layers", "max_non_leaves_per_layer"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if problems:
+            raise EagleTrtError("invalid build settings: " + "; ".join(problems), "fix the options named above")
+        if self.max_input_len >= self.max_seq_len:
+            problems.append(f"max_input_len {self.max_input_len} must be < max_seq_len {self.max_seq_len} "
+                            "(room is needed for generated tokens)")
+        if self.max_seq_len > self.base.max_position_embeddings:
+            problems.append(f"max_seq_len {self.max_seq_len} > the base's max_position_embeddings "
+                            f"{self.base.max_position_embeddings}")
+        if self.max_draft_len > 256:
+            problems.append(f"max_draft_len {self.max_draft_len} > 256 (TRT-LLM's limit)")
+        if self.max_batch_size > 512:
+            problems.append(f"max_batch_size {self.max_batch_size} > 512 (TRT-LLM's limit)")
+        if self.tp_size > 1:
+            for what, value in (("num_attention_heads", self.base.num_attention_heads),
+                                ("intermediate_size", self.base.intermediate_size)):
+                if value % self.tp_size:
+                    problems.append(f"tp_size {self.tp_size} does not divide the base's {what} {value}")
+        if self.engine == "pytorch" and self.tp_size != 1:
+            problems.append("the pytorch engine runs on one device: tp_size must be 1")
+        try:
+            parse_tree_arg(self.runtime_tree)
+        except EagleTrtError as exc:
+            problems.append(f"runtime tree: {exc.message}")
+        if self.engine == "trtllm":
+            try:
+                validate_for_trtllm(self.tree, self.num_eagle_layers, self.max_draft_len,
+                                    self.max_non_leaves_per_layer)
+            except EagleTrtError as exc:
+                problems.append(exc.message)
+        if problems:
+            raise EagleTrtError("invalid build settings: " + "; ".join(problems),
+                                "change the options named above (see `eagle-trt build --help`)")
+
+    # ---- derived values -----------------------------------------------------------------------------------------
+    @property
+    def runtime_tree_config(self) -> TreeConfig:
+        return parse_tree_arg(self.runtime_tree)
+
+    @property
+    def draft_format(self) -> str | None:
+        return self.draft.format if self.draft is not None else None
+
+    # ---- persistence --------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["base"] = _spec_to_dict(self.base)
+        data["draft"] = _spec_to_dict(self.draft) if self.draft is not None else None
+        data["tree"] = self.tree.to_list()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BuildSpec:
+        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise EagleTrtError(f"unknown keys in the build spec: {sorted(unknown)}",
+                                "the bundle was written by another eagle-trt version; rebuild it")
+        data["base"] = _spec_from_dict(ModelSpec, data["base"])
+        data["draft"] = _spec_from_dict(DraftSpec, data["draft"]) if data.get("draft") else None
+        data["tree"] = Tree.from_choices(data["tree"], source="eagle_trt_spec.json tree")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        if path.is_dir():
+            path = path / SPEC_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> BuildSpec:
+        path = Path(path)
+        if path.is_dir():
+            path = path / SPEC_FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise EagleTrtError(f"no build spec at {path}",
+                                "pass a bundle directory written by `eagle-trt build`") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EagleTrtError(f"cannot read the build spec {path}: {exc}", "rebuild the bundle") from None
+        return cls.from_dict(data)
+
+
+def _static_tree(value: str) -> Tree:
+    """A --tree value for the static TRT-LLM tree: a name, a JSON file, inline JSON, or chain:N."""
+    if value.startswith(("static:", "chain:")):
+        cfg = parse_tree_arg(value)
+        return cfg.tree
+    if value.startswith("dynamic:"):
+        raise EagleTrtError(f"the TRT-LLM engine needs a static tree, got {value!r}",
+                            "pass a named tree, a JSON file or chain:N (dynamic trees are a runtime option)")
+    return parse_tree_arg("static:" + value).tree
+
+
+def _auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
+    if engine == "pytorch" and device == "cpu":
+        return "float32"  # CPU matmuls in half precision are slow and lossy; fp32 is the oracle's dtype
+    if torch_dtype in ("float16", "bfloat16"):
+        return torch_dtype
+    return "float16" if engine == "trtllm" else "bfloat16"
+
+
+def _spec_to_dict(spec) -> dict:
+    out = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        out[f.name] = str(value) if isinstance(value, Path) else value
+    return out
+
+
+def _spec_from_dict(cls, data: dict):
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise EagleTrtError(f"unknown key {key!r} for {cls.__name__} in the build spec",
+                                "the bundle was written by another eagle-trt version; rebuild it")
+        if key == "path" and value is not None:
+            value = Path(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return cls(**kwargs)

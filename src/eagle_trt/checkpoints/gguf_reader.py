@@ -1,0 +1,105 @@
+"""GGUF (llama.cpp) Llama checkpoints as Hugging Face tensors: names mapped, weights dequantized to float32,
+and the Q/K rows un-permuted (llama.cpp's converter interleaves the rotary halves; research/models_and_data.md).
+Also reads the `llama.*` metadata into a HF-style config dict (`gguf_config`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eagle_trt.checkpoints.readers import WeightReader
+from eagle_trt.errors import EagleTrtError, missing_extra
+
+TOP_LEVEL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+IN_LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+
+
+def _reader(path: Path):
+    try:
+        import gguf
+    except ImportError:
+        raise missing_extra("gguf", "gguf") from None
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as exc:  # the gguf package raises ValueError/struct.error/... on damaged files
+        raise EagleTrtError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})",
+                            "re-download the file") from None
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.parts[field.data[0]]
+    if field.types and field.types[0].name == "STRING":
+        return bytes(value).decode("utf-8")
+    return value.tolist()[0]
+
+
+def gguf_config(path: Path) -> dict:
+    """A HF LlamaConfig-style dict from the GGUF metadata."""
+    r = _reader(path)
+    arch = _field(r, "general.architecture")
+    if arch != "llama":
+        raise EagleTrtError(f"{path} holds a {arch!r} model, not llama", "pass a Llama-architecture GGUF")
+    heads = _field(r, "llama.attention.head_count")
+    hidden = _field(r, "llama.embedding_length")
+    names = {t.name for t in r.tensors}
+    vocab = len(r.fields["tokenizer.ggml.tokens"].data) if "tokenizer.ggml.tokens" in r.fields else None
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "intermediate_size": _field(r, "llama.feed_forward_length"),
+        "num_hidden_layers": _field(r, "llama.block_count"), "num_attention_heads": heads,
+        "num_key_value_heads": _field(r, "llama.attention.head_count_kv") or heads,
+        "head_dim": hidden // heads, "hidden_act": "silu",
+        "max_position_embeddings": _field(r, "llama.context_length"),
+        "rms_norm_eps": _field(r, "llama.attention.layer_norm_rms_epsilon"),
+        "rope_theta": float(_field(r, "llama.rope.freq_base") or 10000.0), "rope_scaling": None,
+        "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
+        "bos_token_id": _field(r, "tokenizer.ggml.bos_token_id"), "eos_token_id": _field(r, "tokenizer.ggml.eos_token_id"),
+        "pad_token_id": _field(r, "tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
+        "attention_bias": False, "mlp_bias": False,
+    }
+
+
+class GGUFWeightReader(WeightReader):
+    def __init__(self, path: Path, file: Path):
+        super().__init__(path, "gguf")
+        self._file = file
+        self._r = _reader(file)
+        self._heads = _field(self._r, "llama.attention.head_count")
+        self._kv_heads = _field(self._r, "llama.attention.head_count_kv") or self._heads
+        self._tensors = {}
+        for t in self._r.tensors:
+            name = self._hf_name(t.name)
+            self._tensors[name] = t
+            self._meta[name] = (tuple(int(x) for x in reversed(t.shape)), "float32")  # GGUF dims are (in, out)
+
+    def _hf_name(self, name: str) -> str:
+        if name in TOP_LEVEL:
+            return TOP_LEVEL[name]
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[2] in IN_LAYER:
+            return f"model.layers.{parts[1]}.{IN_LAYER[parts[2]]}.{parts[3]}"
+        raise EagleTrtError(f"{self._file}: unknown GGUF tensor {name!r}", "only Llama GGUF files are supported")
+
+    def get(self, name: str):
+        import numpy as np
+        import torch
+        from gguf.quants import dequantize
+
+        t = self._tensors[self._check(name)]
+        w = dequantize(t.data, t.tensor_type).astype(np.float32).reshape(self._meta[name][0])
+        if name.endswith("self_attn.q_proj.weight"):
+            w = _unpermute(w, self._heads)
+        elif name.endswith("self_attn.k_proj.weight"):
+            w = _unpermute(w, self._kv_heads)
+        return torch.from_numpy(np.ascontiguousarray(w))
+
+
+def _unpermute(w, n_head: int):
+    """Undo llama.cpp's permute() of Q/K rows: (n_head, 2, d/2) interleave back to HF's rotate-half order."""
+    dim = w.shape[0] // n_head // 2
+    return w.reshape(n_head, dim, 2, *w.shape[1:]).swapaxes(2, 1).reshape(w.shape)

@@ -1,0 +1,79 @@
+"""BuildSpec: defaults derived from the tree and the base, validation, and the JSON round trip."""
+
+import dataclasses
+import json
+
+import pytest
+
+from eagle_trt.build_spec import SPEC_FILE, BuildSpec
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.tree import Tree
+
+
+def test_trtllm_defaults_follow_the_default_tree(tiny_base, eagle1_draft):
+    spec = BuildSpec.create(tiny_base, eagle1_draft, engine="trtllm", max_seq_len=512, max_input_len=256)
+    assert spec.tree == Tree.named("mc_sim_7b_63")
+    assert (spec.max_draft_len, spec.num_eagle_layers, spec.max_non_leaves_per_layer) == (63, 4, 10)
+    assert spec.dtype == "float16"  # fp32 base -> fp16 engine
+    assert spec.draft_format == "eagle1"
+
+
+def test_pytorch_cpu_defaults_to_fp32(tiny_base, eagle1_draft):
+    spec = BuildSpec.create(tiny_base, eagle1_draft, engine="pytorch", runtime_tree="chain:3")
+    assert spec.dtype == "float32" and spec.max_seq_len == 512 and spec.max_input_len == 256
+    assert spec.runtime_tree_config.kind == "chain"
+
+
+def test_round_trip_through_json(tiny_base, eagle3_draft, tmp_path):
+    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:4")
+    path = spec.save(tmp_path)
+    assert path.name == SPEC_FILE
+    json.loads(path.read_text())  # plain JSON
+    assert BuildSpec.load(tmp_path) == spec
+
+
+def test_round_trip_without_draft(tiny_base, tmp_path):
+    spec = BuildSpec.create(tiny_base, None, engine="pytorch")
+    assert BuildSpec.load(spec.save(tmp_path / "s.json")) == spec
+
+
+def test_every_problem_is_listed(tiny_base, eagle1_draft):
+    with pytest.raises(EagleTrtError) as err:
+        BuildSpec.create(tiny_base, eagle1_draft, engine="trtllm", tp_size=3, max_seq_len=4096,
+                         num_eagle_layers=2, max_input_len=100)
+    msg = str(err.value)
+    assert "tp_size 3 does not divide the base's num_attention_heads 4" in msg
+    assert "max_seq_len 4096 > the base's max_position_embeddings 512" in msg
+    assert "depth 4 != num_eagle_layers 2" in msg
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"engine": "tensorrt"}, "unknown engine"),
+    ({"engine": "pytorch", "dtype": "int8"}, "dtype 'int8'"),
+    ({"engine": "pytorch", "device": "tpu"}, "device 'tpu'"),
+    ({"engine": "pytorch", "max_batch_size": 0}, "max_batch_size must be a positive integer"),
+    ({"engine": "pytorch", "max_input_len": 300, "max_seq_len": 300}, "must be < max_seq_len"),
+    ({"engine": "pytorch", "runtime_tree": "dynamic:1"}, "runtime tree"),
+    ({"engine": "trtllm", "tree": "dynamic:5,8,48"}, "needs a static tree"),
+    ({"engine": "pytorch", "tp_size": 2}, "tp_size must be 1"),
+])
+def test_invalid_options(tiny_base, eagle1_draft, options, words):
+    with pytest.raises(EagleTrtError, match=words):
+        BuildSpec.create(tiny_base, eagle1_draft, **options)
+
+
+def test_unknown_keys_are_rejected(tiny_base, eagle1_draft, tmp_path):
+    spec = BuildSpec.create(tiny_base, eagle1_draft, engine="pytorch")
+    data = spec.to_dict() | {"surprise": 1}
+    (tmp_path / SPEC_FILE).write_text(json.dumps(data))
+    with pytest.raises(EagleTrtError, match="unknown keys"):
+        BuildSpec.load(tmp_path)
+    with pytest.raises(EagleTrtError, match="no build spec"):
+        BuildSpec.load(tmp_path / "nowhere")
+
+
+def test_spec_is_frozen(tiny_base, eagle1_draft):
+    spec = BuildSpec.create(tiny_base, eagle1_draft, engine="pytorch")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.dtype = "float16"
+    assert dataclasses.replace(spec, max_batch_size=4).max_batch_size == 4
