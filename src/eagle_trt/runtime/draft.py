@@ -1,0 +1,139 @@
+"""EAGLE draft heads over the base's features (research/eagle_algorithms.md §1, §3).
+
+EAGLE-1/2: out = layer0(fc(cat(embed(x_{t+1}), f_t))), layer 0 without input norm; logits = base lm_head(out).
+EAGLE-3:   g = fc(cat(h_low, h_mid, h_high)) for base rows, else the parent's draft output (pre-norm);
+           out = midlayer(cat(input_norm(embed(x)), hidden_norm(g))) with residual g; logits = lm_head(norm(out))
+           over the draft vocabulary, mapped to base ids by d2t.
+Both heads keep a one-layer KV cache: rows 0..n-1 hold the accepted prefix ("stable"), tree expansion writes after
+it and is thrown away each step.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eagle_trt.runtime.model import MLP, Attention, DecoderLayer, KVCache, LlamaArgs, RMSNorm, Rope, block_mask
+
+
+class DraftHead(nn.Module):
+    """The interface the engine drafts through."""
+
+    format = "?"
+
+    def setup_cache(self, max_len: int) -> None:
+        if self.cache is not None and self.cache.max_len >= max_len:
+            return
+        p = self.fc.weight
+        self.cache = KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, p.dtype, p.device)
+        self.rope = Rope(self.args, max_len, p.dtype, p.device)
+
+    def base_features(self, hidden: torch.Tensor, captured: torch.Tensor | None) -> torch.Tensor:
+        """[T, H] feature per base-processed position, from the base forward's outputs."""
+        raise NotImplementedError
+
+    def forward(self, input_ids, features, positions, start: int, mask=None):
+        """input_ids, positions: [T]; features: [T, H]; mask: [T, start+T] bool or None (causal over the block,
+        all of the prefix visible). Returns the draft output hidden [T, H]."""
+        raise NotImplementedError
+
+    def log_probs(self, out: torch.Tensor) -> torch.Tensor:
+        """[T, V_draft] log-probabilities of the draft's next token."""
+        raise NotImplementedError
+
+    def to_base_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids
+
+    def topk(self, out: torch.Tensor, k: int):
+        """(log-probs [T, k], base token ids [T, k]) of the k best next tokens per row."""
+        values, idx = self.log_probs(out).topk(k, dim=-1)
+        return values, self.to_base_ids(idx)
+
+
+class Eagle1Draft(DraftHead):
+    format = "eagle1"
+
+    def __init__(self, args: LlamaArgs, embed: nn.Embedding, lm_head: nn.Linear, bias: bool):
+        super().__init__()
+        self.args = args
+        self.fc = nn.Linear(2 * args.hidden_size, args.hidden_size, bias=bias)
+        self.layer = DecoderLayer(args, input_norm=False)
+        self.embed_tokens, self.lm_head = embed, lm_head  # shared with the base (frozen)
+        self.cache = self.rope = None
+
+    def base_features(self, hidden, captured):
+        return hidden
+
+    def forward(self, input_ids, features, positions, start, mask=None):
+        x = self.fc(torch.cat((self.embed_tokens(input_ids), features), dim=-1))
+        cos, sin = self.rope(positions)
+        if mask is None:
+            mask = block_mask(start, None, x.shape[0], x.device)
+        return self.layer(x, cos, sin, self.cache, 0, start, mask)
+
+    def log_probs(self, out):
+        return F.log_softmax(self.lm_head(out).float(), dim=-1)
+
+    @staticmethod
+    def hf_names() -> dict[str, str]:
+        names = {"fc.weight": "fc.weight", "fc.bias": "fc.bias"}
+        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm"):
+            names[f"layer.{part}.weight"] = f"layers.0.{part}.weight"
+        return names
+
+
+class Eagle3MidLayer(nn.Module):
+    def __init__(self, args: LlamaArgs):
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.hidden_norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.self_attn = Attention(args, in_features=2 * args.hidden_size)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = MLP(args)
+
+    def forward(self, emb, g, cos, sin, cache, start, mask):
+        a = torch.cat((self.input_layernorm(emb), self.hidden_norm(g)), dim=-1)  # [T, 2H], embedding first
+        h = g + self.self_attn(a, cos, sin, cache, 0, start, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Eagle3Draft(DraftHead):
+    format = "eagle3"
+
+    def __init__(self, args: LlamaArgs, embed: nn.Embedding, draft_vocab_size: int, target_hidden_size: int):
+        super().__init__()
+        self.args = args
+        self.fc = nn.Linear(3 * target_hidden_size, args.hidden_size, bias=False)
+        self.midlayer = Eagle3MidLayer(args)
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.lm_head = nn.Linear(args.hidden_size, draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
+        self.embed_tokens = embed
+        self.cache = self.rope = None
+
+    def base_features(self, hidden, captured):
+        return self.fc(captured)
+
+    def forward(self, input_ids, features, positions, start, mask=None):
+        cos, sin = self.rope(positions)
+        if mask is None:
+            mask = block_mask(start, None, input_ids.shape[0], features.device)
+        return self.midlayer(self.embed_tokens(input_ids), features, cos, sin, self.cache, start, mask)
+
+    def log_probs(self, out):
+        return F.log_softmax(self.lm_head(self.norm(out)).float(), dim=-1)
+
+    def to_base_ids(self, draft_ids):
+        return draft_ids + self.d2t[draft_ids]
+
+    @staticmethod
+    def hf_names() -> dict[str, str]:
+        names = {"fc.weight": "fc.weight", "norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight",
+                 "d2t": "d2t"}
+        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm",
+                     "input_layernorm", "hidden_norm"):
+            names[f"midlayer.{part}.weight"] = f"midlayer.{part}.weight"
+        return names

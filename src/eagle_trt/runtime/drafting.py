@@ -1,0 +1,175 @@
+"""Build one step's draft tree: a static tree (choices) or an EAGLE-2 dynamic tree (expand + rerank).
+
+The draft's KV cache holds `stable` rows (the accepted prefix; its last row pairs the last accepted feature with
+the root token, so its output `root_out` predicts depth 1). Tree rows are written after the stable rows, each one
+pairing its parent's draft output with its own token at draft position stable + depth - 1, and attend to the
+stable prefix plus their tree ancestors. They are discarded after the step (research/eagle_algorithms.md §1-2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from eagle_trt.runtime.draft import DraftHead
+from eagle_trt.tree import Tree
+
+
+@dataclass
+class DraftTree:
+    """One step's tree, root first, parents before children."""
+
+    tokens: torch.Tensor  # [N+1] int64, tokens[0] = root
+    parents: list[int]  # [N+1], parents[0] = -1
+    depths: torch.Tensor  # [N+1] int64
+    mask: torch.Tensor  # [N+1, N+1] bool, ancestor-or-self
+    children: list[list[int]]  # children[i] in draft-rank order
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return len(self.parents) - 1
+
+    @classmethod
+    def from_parents(cls, tokens: torch.Tensor, parents: list[int], device) -> DraftTree:
+        n = len(parents)
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        depths = [0] * n
+        children: list[list[int]] = [[] for _ in range(n)]
+        mask[0, 0] = True
+        for i in range(1, n):
+            p = parents[i]
+            mask[i] = mask[p]
+            mask[i, i] = True
+            depths[i] = depths[p] + 1
+            children[p].append(i)
+        return cls(tokens, parents, torch.tensor(depths, device=device), mask.to(device), children)
+
+
+def root_only(root: int, device) -> DraftTree:
+    return DraftTree.from_parents(torch.tensor([root], device=device), [-1], device)
+
+
+class _TreeRows:
+    """Bookkeeping of the tree rows written into the draft cache this step (for ancestor masks)."""
+
+    def __init__(self, stable: int, device):
+        self.stable, self.device = stable, device
+        self.row_of: dict[int, int] = {}  # node id -> row index after the stable prefix
+        self.ancestors: dict[int, list[int]] = {0: []}  # node id -> tree-row indices of its ancestors incl. itself
+
+    def mask(self, nodes: list[int], parents: list[int]) -> torch.Tensor:
+        """[len(nodes), stable + rows + len(nodes)] bool for a new block of rows."""
+        rows, t = len(self.row_of), len(nodes)
+        mask = torch.zeros(t, self.stable + rows + t, dtype=torch.bool)
+        mask[:, : self.stable] = True
+        for i, (node, parent) in enumerate(zip(nodes, parents)):
+            anc = self.ancestors[parent] + [rows + i]
+            self.ancestors[node] = anc
+            mask[i, [self.stable + r for r in anc]] = True
+            self.row_of[node] = rows + i
+        return mask.to(self.device)
+
+
+@dataclass(frozen=True)
+class StaticPlan:
+    """A static tree grouped by depth, precomputed once."""
+
+    tree: Tree
+    by_depth: list[list[int]]  # node ids at each depth 1..D
+    parents: list[int]
+    ranks: list[int]
+    has_children: list[bool]
+
+    @classmethod
+    def of(cls, tree: Tree) -> StaticPlan:
+        parents, depths, ranks = tree.parents().tolist(), tree.depths().tolist(), tree.ranks().tolist()
+        by_depth = [[n for n in range(1, len(parents)) if depths[n] == d] for d in range(1, tree.depth + 1)]
+        kids = set(parents[1:])
+        return cls(tree, by_depth, parents, ranks, [n in kids for n in range(len(parents))])
+
+
+@torch.inference_mode()
+def draft_static(draft: DraftHead, plan: StaticPlan, root: int, root_out: torch.Tensor, stable: int) -> DraftTree:
+    """Fill a static tree: each node takes the rank-r token of its parent's draft distribution."""
+    device = root_out.device
+    n = len(plan.parents)
+    tokens = torch.empty(n, dtype=torch.long, device=device)
+    tokens[0] = root
+    outs = {0: root_out[0]}  # node -> draft output hidden [H]
+    rows = _TreeRows(stable, device)
+    for depth, nodes in enumerate(plan.by_depth, start=1):
+        parent_ids = sorted({plan.parents[x] for x in nodes})
+        k = max(plan.ranks[x] for x in nodes) + 1
+        _, top = draft.topk(torch.stack([outs[p] for p in parent_ids]), k)  # [num_parents, k]
+        slot = {p: i for i, p in enumerate(parent_ids)}
+        idx_parent = torch.tensor([slot[plan.parents[x]] for x in nodes], device=device)
+        idx_rank = torch.tensor([plan.ranks[x] for x in nodes], device=device)
+        tokens[nodes] = top[idx_parent, idx_rank]
+        expand = [x for x in nodes if plan.has_children[x]]
+        if not expand:
+            continue
+        feats = torch.stack([outs[plan.parents[x]] for x in expand])  # [t, H]
+        mask = rows.mask(expand, [plan.parents[x] for x in expand])
+        start = stable + len(rows.row_of) - len(expand)
+        pos = torch.full((len(expand),), stable + depth - 1, dtype=torch.long, device=device)
+        out = draft(tokens[expand], feats, pos, start, mask)
+        outs.update({x: out[i] for i, x in enumerate(expand)})
+    return DraftTree.from_parents(tokens, plan.parents, device)
+
+
+@torch.inference_mode()
+def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, root: int,
+                  root_out: torch.Tensor, stable: int) -> DraftTree:
+    """EAGLE-2: expand the top_k best frontier nodes `depth` times by cumulative log-prob, then keep the
+    `total_tokens` best of the pool (a connected subtree: a child never scores above its parent)."""
+    device = root_out.device
+    scores, toks = draft.topk(root_out, top_k)  # [1, k]
+    pool_scores, pool_tokens = [scores[0]], [toks[0]]
+    pool_parents = [torch.full((top_k,), -1, dtype=torch.long, device=device)]  # pool index of parent, -1 root
+    frontier = torch.arange(top_k, device=device)  # pool indices
+    frontier_scores = scores[0]
+    frontier_feats = root_out.expand(top_k, -1)
+    rows = _TreeRows(stable, device)
+    node_parent = {}  # pool index -> pool index of parent (or -1 -> root node id 0 in _TreeRows)
+    for i in range(top_k):
+        node_parent[i] = -1
+    offset = top_k
+    for step in range(depth):
+        nodes = frontier.tolist()
+        mask = rows.mask([x + 1 for x in nodes], [node_parent[x] + 1 for x in nodes])
+        start = stable + len(rows.row_of) - len(nodes)
+        pos = torch.full((len(nodes),), stable + step, dtype=torch.long, device=device)
+        ids = torch.cat(pool_tokens)[frontier]
+        out = draft(ids, frontier_feats, pos, start, mask)  # [k, H]
+        cs, ct = draft.topk(out, top_k)  # [k, k]
+        child_scores = (frontier_scores[:, None] + cs).reshape(-1)  # [k*k]
+        pool_scores.append(child_scores)
+        pool_tokens.append(ct.reshape(-1))
+        parents = frontier.repeat_interleave(top_k)
+        pool_parents.append(parents)
+        for j, p in enumerate(parents.tolist()):
+            node_parent[offset + j] = p
+        if step == depth - 1:
+            break
+        best = child_scores.topk(top_k).indices
+        frontier = offset + best
+        frontier_scores = child_scores[best]
+        frontier_feats = out[best // top_k]
+        offset += top_k * top_k
+    all_scores, all_tokens = torch.cat(pool_scores), torch.cat(pool_tokens)
+    all_parents = torch.cat(pool_parents).tolist()
+    # stable sort: on equal scores the lower pool index (a parent precedes its children) wins
+    order = torch.sort(-all_scores, stable=True).indices
+    keep = order[: min(total_tokens, all_scores.numel())].sort().values.tolist()
+    node_of = {-1: 0}
+    parents, chosen = [-1], []
+    for pool_idx in keep:
+        parent = all_parents[pool_idx]
+        if parent not in node_of:  # ties/NaN can orphan a child; drop it (research §2)
+            continue
+        node_of[pool_idx] = len(parents)
+        parents.append(node_of[parent])
+        chosen.append(pool_idx)
+    tokens = torch.cat((torch.tensor([root], device=device), all_tokens[chosen]))
+    return DraftTree.from_parents(tokens, parents, device)

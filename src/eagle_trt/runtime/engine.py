@@ -1,0 +1,215 @@
+"""EagleEngine: prefill, then draft -> verify -> accept -> compact, one request at a time.
+
+Every step runs one base forward over [root + tree] (a bare root without a draft: plain decoding through the same
+code path), accepts a path, commits its tokens plus the bonus token, moves the accepted K/V rows into place, and
+feeds the draft the base features of the accepted positions so drafting stays in sync with the base.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
+from eagle_trt.runtime.loading import load_base, load_draft, torch_dtype
+from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
+from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
+from eagle_trt.tree import TreeConfig, parse_tree_arg
+
+
+@dataclass
+class GenerationStats:
+    """Per request. accepted_lengths: tokens committed per verify step (bonus included)."""
+
+    steps: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    num_draft_tokens: int = 0
+    num_accepted_draft_tokens: int = 0
+    prefill_time_s: float = 0.0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return sum(self.accepted_lengths) / len(self.accepted_lengths) if self.accepted_lengths else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_draft_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "mean_accepted_length": self.mean_accepted_length,
+                "acceptance_rate": self.acceptance_rate, "accepted_lengths": self.accepted_lengths,
+                "num_draft_tokens": self.num_draft_tokens, "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+                "prefill_time_s": self.prefill_time_s, "draft_time_s": self.draft_time_s,
+                "verify_time_s": self.verify_time_s}
+
+
+@dataclass
+class StepOutput:
+    token_ids: list[int]  # committed in this step, already cut at a stop / the token budget
+    stats: GenerationStats
+    finish_reason: str | None = None  # "stop" | "length" on the last step
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    finish_reason: str
+    stats: GenerationStats
+    text: str | None = None
+
+
+class EagleEngine:
+    """Holds the base, the draft (optional) and their caches; `generate` serves one request at a time."""
+
+    def __init__(self, base, draft, base_spec: ModelSpec, tree: TreeConfig, device: str, max_seq_len: int):
+        self.base, self.draft, self.base_spec = base, draft, base_spec
+        self.tree, self.device, self.max_seq_len = tree, device, max_seq_len
+        self.plan = StaticPlan.of(tree.tree) if tree.kind != "dynamic" else None
+        self.capture = base.args.eagle3_layers if draft is not None and draft.format == "eagle3" else ()
+        room = max_seq_len + tree.max_draft_tokens + 2
+        base.setup_cache(room)
+        if draft is not None:
+            draft.setup_cache(room + tree.max_draft_tokens + 2)
+
+    @classmethod
+    def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = "dynamic:5,8,48",
+             device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None) -> EagleEngine:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise EagleTrtError(f"device {device!r} requested but CUDA is not available", "use --device cpu")
+        base_spec = ModelSpec.from_dir(base_dir)
+        draft_spec = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        if draft_spec is not None:
+            require_compatible(base_spec, draft_spec)
+        tree_cfg = tree if isinstance(tree, TreeConfig) else parse_tree_arg(tree)
+        max_seq_len = max_seq_len or min(base_spec.max_position_embeddings, 4096)
+        dt = torch_dtype(dtype)
+        base = load_base(base_spec, dt, device)
+        draft = load_draft(draft_spec, base_spec, base, dt, device) if draft_spec is not None else None
+        return cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
+
+    # ---- public API ---------------------------------------------------------------------------------------------
+    def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+                     stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
+                     tokenizer=None) -> GenerationResult:
+        tokens, reason, stats = [], "length", GenerationStats()
+        for step in self.generate(input_ids, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer):
+            tokens += step.token_ids
+            stats, reason = step.stats, step.finish_reason or reason
+        return GenerationResult(tokens, reason, stats)
+
+    @torch.inference_mode()
+    def generate(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+                 stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
+                 tokenizer=None) -> Iterator[StepOutput]:
+        prompt = [int(t) for t in input_ids]
+        self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
+        gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
+                                            int(torch.randint(0, 2**62, ()).item()))
+        stop_ids = set(int(t) for t in stop_token_ids)
+        stats, out_tokens = GenerationStats(), []
+        t0 = time.perf_counter()
+        ids = torch.tensor(prompt, dtype=torch.long, device=self.device)
+        logits, hidden, captured = self.base(ids, torch.arange(len(prompt), device=self.device), 0,
+                                             capture=self.capture)
+        root = self._sample(logits[-1], sampling, gen)
+        root_out = None
+        if self.draft is not None:
+            shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))
+            feats = self.draft.base_features(hidden, captured)
+            root_out = self.draft(shifted, feats, torch.arange(len(prompt), device=self.device), 0)[-1:]
+        stats.prefill_time_s = self._sync_time(t0)
+        committed = [root]
+        length = len(prompt)  # tokens in the base cache (the root is not yet in it)
+        while True:
+            step, reason = self._finish(out_tokens, committed, stop_ids, stop_strings, tokenizer, max_new_tokens)
+            out_tokens += step
+            yield StepOutput(step, stats, reason)
+            if reason is not None:
+                return
+            t0 = time.perf_counter()
+            tree = self._draft_tree(root, root_out, length)
+            t1 = time.perf_counter()
+            positions = length + tree.depths
+            logits, hidden, captured = self.base(tree.tokens, positions, length, tree_mask=tree.mask,
+                                                 capture=self.capture)
+            if sampling.greedy:
+                path, bonus = accept_greedy(logits, tree)
+            else:
+                path, bonus = accept_sampling(logits, tree, sampling, gen)
+            if path != list(range(len(path))):
+                self.base.cache.compact(length, torch.tensor(path, device=self.device) + length)
+            committed = tree.tokens[path[1:]].tolist() + [bonus]
+            stats.steps += 1
+            stats.accepted_lengths.append(len(committed))
+            stats.num_draft_tokens += tree.num_draft_tokens
+            stats.num_accepted_draft_tokens += len(path) - 1
+            if self.draft is not None:
+                sel = torch.tensor(path, device=self.device)
+                feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
+                pos = torch.arange(length, length + len(path), device=self.device)
+                root_out = self.draft(torch.tensor(committed, device=self.device), feats, pos, length)[-1:]
+            length += len(path)
+            root = bonus
+            t2 = self._sync_time(t1)
+            stats.draft_time_s += t1 - t0
+            stats.verify_time_s += t2
+
+    # ---- internals ----------------------------------------------------------------------------------------------
+    def _sync_time(self, t0: float) -> float:
+        if self.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    def _draft_tree(self, root: int, root_out, length: int) -> DraftTree:
+        if self.draft is None:
+            return root_only(root, self.device)
+        if self.plan is not None:
+            return draft_static(self.draft, self.plan, root, root_out, length)
+        t = self.tree
+        return draft_dynamic(self.draft, t.depth, t.top_k, t.total_tokens, root, root_out, length)
+
+    @staticmethod
+    def _sample(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:
+        if sampling.greedy:
+            return int(logits.argmax().item())
+        return int(torch.multinomial(sampling_probs(logits, sampling).cpu(), 1, generator=gen).item())
+
+    def _check_request(self, prompt, max_new_tokens, stop_strings, tokenizer) -> None:
+        if not prompt:
+            raise EagleTrtError("the prompt is empty (0 tokens)", "pass at least one token")
+        if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+            raise EagleTrtError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}",
+                                "ask for at least 1 token")
+        vocab = self.base.args.vocab_size
+        bad = [t for t in prompt if not 0 <= t < vocab]
+        if bad:
+            raise EagleTrtError(f"prompt token id {bad[0]} is outside the vocabulary (size {vocab})",
+                                "tokenize with the base model's tokenizer")
+        if len(prompt) + max_new_tokens > self.max_seq_len:
+            raise EagleTrtError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+                                f"cache of {self.max_seq_len} tokens", "shorten the prompt, ask for fewer tokens or "
+                                "raise max_seq_len")
+        if stop_strings and tokenizer is None:
+            raise EagleTrtError("stop strings need a tokenizer", "pass tokenizer= or use stop token ids")
+
+    @staticmethod
+    def _finish(done, new, stop_ids, stop_strings, tokenizer, max_new_tokens):
+        """Cut `new` at the first stop token (kept), a stop string (cut after it) or the token budget."""
+        step = list(new[: max_new_tokens - len(done)])
+        reason = "length" if len(done) + len(step) >= max_new_tokens else None
+        for i, tok in enumerate(step):
+            if tok in stop_ids:
+                return step[: i + 1], "stop"
+        if stop_strings:
+            for i in range(len(step)):
+                text = tokenizer.decode(done + step[: i + 1])
+                if any(s in text for s in stop_strings):
+                    return step[: i + 1], "stop"
+        return step, reason

@@ -1,0 +1,85 @@
+"""Build the runtime's base model and draft head from checkpoint directories, tensor by tensor."""
+
+from __future__ import annotations
+
+import torch
+
+from eagle_trt.checkpoints import open_weights
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft
+from eagle_trt.runtime.model import Llama, LlamaArgs
+from eagle_trt.spec import DraftSpec, ModelSpec
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise EagleTrtError(f"unsupported dtype {name!r}", f"choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def _fill(module: torch.nn.Module, reader, names: dict[str, str], where: str, optional=()) -> None:
+    params = dict(module.named_parameters()) | dict(module.named_buffers())
+    for ours, theirs in names.items():
+        if ours not in params:
+            continue
+        if theirs not in reader:
+            if ours in optional:
+                continue
+            raise EagleTrtError(f"{where} is missing tensor {theirs!r}", "the checkpoint is incomplete; re-download it")
+        tensor = reader.get(theirs)
+        target = params[ours]
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise EagleTrtError(f"{where}: tensor {theirs!r} has shape {tuple(tensor.shape)}, expected "
+                                f"{tuple(target.shape)}", "the config.json and the weights disagree")
+        with torch.no_grad():
+            target.copy_(tensor.to(target.dtype) if target.is_floating_point() else tensor)
+
+
+def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
+    args = LlamaArgs.from_spec(spec)
+    with torch.device("meta"):
+        model = Llama(args)
+    model = model.to_empty(device=device).to(dtype)
+    names = Llama.hf_name_map(args)
+    if args.tie_word_embeddings:
+        names.pop("lm_head.weight")
+    with open_weights(spec.path) as reader:
+        if not args.tie_word_embeddings and "lm_head.weight" not in reader:
+            names["lm_head.weight"] = "model.embed_tokens.weight"  # some tied checkpoints omit the flag
+        _fill(model, reader, names, f"base {spec.path}")
+    if args.tie_word_embeddings:
+        model.lm_head.weight = model.embed_tokens.weight
+    return model.eval().requires_grad_(False)
+
+
+def draft_args(spec: DraftSpec, base: ModelSpec) -> LlamaArgs:
+    return LlamaArgs(1, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
+                     spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta, None, False)
+
+
+def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> DraftHead:
+    """An un-initialised draft head of the right shape (weights on the meta device if base is None)."""
+    args = draft_args(spec, base_spec)
+    embed = base.embed_tokens if base is not None else torch.nn.Embedding(spec.vocab_size, spec.hidden_size)
+    if spec.format == "eagle1":
+        lm_head = base.lm_head if base is not None else torch.nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        return Eagle1Draft(args, embed, lm_head, bias=spec.has_fc_bias)
+    target = spec.target_hidden_size or base_spec.hidden_size
+    return Eagle3Draft(args, embed, spec.draft_vocab_size or spec.vocab_size, target)
+
+
+def load_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama, dtype: torch.dtype, device: str) -> DraftHead:
+    draft = build_draft(spec, base_spec, base).to(device=device, dtype=dtype)
+    names = (Eagle1Draft if spec.format == "eagle1" else Eagle3Draft).hf_names()
+    with open_weights(spec.path) as reader:
+        _fill(draft, reader, names, f"draft {spec.path}", optional=("d2t",))
+        if spec.has_embed_tokens and spec.format == "eagle1":
+            own = reader.get("embed_tokens.weight")
+            if own.shape == base.embed_tokens.weight.shape and not torch.equal(
+                    own.to(base.embed_tokens.weight.dtype), base.embed_tokens.weight):
+                draft.embed_tokens = torch.nn.Embedding.from_pretrained(own.to(device=device, dtype=dtype))
+    if spec.format == "eagle3" and (spec.draft_vocab_size or spec.vocab_size) == spec.vocab_size:
+        draft.d2t.zero_()  # draft vocab == base vocab: identity mapping
+    return draft.eval().requires_grad_(False)

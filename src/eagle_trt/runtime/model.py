@@ -1,0 +1,225 @@
+"""A lean Llama for EAGLE: RoPE (with llama3 scaling), GQA, RMSNorm, tied embeddings, a preallocated KV cache
+written at explicit slots, and a forward over a block of tokens with arbitrary positions and a tree mask.
+
+Shaped after gpt-fast's model.py. One forward serves prefill (causal block), plain decode (one token) and tree
+verification (root + draft nodes at positions prefix + depth, masked by ancestor-or-self). It returns the final
+normed hidden states (EAGLE-1/2 features, the lm_head input) and, on request, the residual stream entering the
+layers EAGLE-3 captures.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaArgs:
+    num_hidden_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None
+    tie_word_embeddings: bool = False
+
+    @classmethod
+    def from_spec(cls, spec) -> LlamaArgs:
+        return cls(spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads,
+                   spec.head_dim, spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta,
+                   spec.rope_scaling, spec.tie_word_embeddings)
+
+    @property
+    def eagle3_layers(self) -> tuple[int, int, int]:
+        """Layers whose *input* EAGLE-3 captures (research/eagle_algorithms.md §3)."""
+        n = self.num_hidden_layers
+        return (2, n // 2, n - 3) if n >= 4 else (0, n // 2, n - 1)
+
+
+def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
+    """[head_dim/2] inverse frequencies, with Llama-3.1 ("llama3") or linear scaling applied."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if not scaling:
+        return inv
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "linear":
+        return inv / float(scaling["factor"])
+    if kind == "llama3":
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old_ctx = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        smooth = ((old_ctx / wavelen) - low) / (high - low)
+        scaled = torch.where(wavelen > old_ctx / low, inv / factor, inv)
+        mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    if kind in (None, "default"):
+        return inv
+    raise ValueError(f"unsupported rope_scaling type {kind!r}")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x: [T, heads, head_dim]; cos/sin: [T, 1, head_dim] (HF rotate-half layout)
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class KVCache:
+    """Per-layer K/V buffers [num_layers, kv_heads, max_len, head_dim], written at explicit slots."""
+
+    def __init__(self, num_layers: int, kv_heads: int, max_len: int, head_dim: int, dtype, device):
+        shape = (num_layers, kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+
+    def compact(self, dst_start: int, src_slots: torch.Tensor) -> None:
+        """Copy the K/V rows at `src_slots` [a] to dst_start..dst_start+a (the accepted path, root first)."""
+        n = src_slots.numel()
+        self.k[:, :, dst_start:dst_start + n] = self.k[:, :, src_slots]
+        self.v[:, :, dst_start:dst_start + n] = self.v[:, :, src_slots]
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool (True = visible) or None for 'all visible'.
+    The one place attention is computed, so a GPU kernel can take over (plugins.tree_attention)."""
+    return F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
+                                          enable_gqa=q.shape[0] != k.shape[0]).squeeze(0)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: LlamaArgs, in_features: int | None = None):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
+        in_features = in_features or args.hidden_size
+        self.q_proj = nn.Linear(in_features, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, args.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask):
+        # x: [T, in_features]; writes K/V at slots start..start+T-1, attends over slots 0..start+T-1
+        t = x.shape[0]
+        q = apply_rope(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
+        cache.k[layer, :, start:start + t] = k.transpose(0, 1)
+        cache.v[layer, :, start:start + t] = self.v_proj(x).view(t, self.kv_heads, self.head_dim).transpose(0, 1)
+        end = start + t
+        out = attention(q.transpose(0, 1), cache.k[layer, :, :end], cache.v[layer, :, :end], mask)
+        return self.o_proj(out.transpose(0, 1).reshape(t, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: LlamaArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: LlamaArgs, input_norm: bool = True):
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps) if input_norm else None
+        self.self_attn = Attention(args)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.mlp = MLP(args)
+
+    def forward(self, x, cos, sin, cache, layer, start, mask):
+        h = x if self.input_layernorm is None else self.input_layernorm(x)
+        x = x + self.self_attn(h, cos, sin, cache, layer, start, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Rope:
+    """cos/sin tables for positions 0..max_len-1, gathered by explicit positions."""
+
+    def __init__(self, args: LlamaArgs, max_len: int, dtype, device):
+        inv = rope_frequencies(args.head_dim, args.rope_theta, args.rope_scaling)
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.cos = angles.cos().to(dtype=dtype, device=device)  # [max_len, head_dim]
+        self.sin = angles.sin().to(dtype=dtype, device=device)
+
+    def __call__(self, positions: torch.Tensor):
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [T, 1, head_dim]
+
+
+def block_mask(start: int, tree_mask: torch.Tensor | None, t: int, device) -> torch.Tensor | None:
+    """[t, start+t] bool: all of the cached prefix, then `tree_mask` [t, t] (or causal) over the block itself."""
+    if t == 1 and tree_mask is None:
+        return None
+    inner = tree_mask if tree_mask is not None else torch.ones(t, t, dtype=torch.bool, device=device).tril()
+    return torch.cat((torch.ones(t, start, dtype=torch.bool, device=device), inner), dim=1)
+
+
+class Llama(nn.Module):
+    def __init__(self, args: LlamaArgs):
+        super().__init__()
+        self.args = args
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_hidden_layers))
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        self.cache: KVCache | None = None
+        self.rope: Rope | None = None
+
+    def setup_cache(self, max_len: int) -> None:
+        """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
+        if self.cache is not None and self.cache.max_len >= max_len:
+            return
+        p = self.embed_tokens.weight
+        a = self.args
+        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, p.dtype, p.device)
+        self.rope = Rope(a, max_len, p.dtype, p.device)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, start: int,
+                tree_mask: torch.Tensor | None = None, capture: tuple[int, ...] = ()):
+        """input_ids, positions: [T]; K/V land at slots start..start+T-1. Returns (logits [T, V] fp32,
+        hidden [T, H] after the final norm, captured [T, len(capture)*H] or None)."""
+        t = input_ids.shape[0]
+        x = self.embed_tokens(input_ids)  # [T, H]
+        cos, sin = self.rope(positions)
+        mask = block_mask(start, tree_mask, t, x.device)
+        saved = {}
+        for i, layer in enumerate(self.layers):
+            if i in capture:
+                saved[i] = x
+            x = layer(x, cos, sin, self.cache, i, start, mask)
+        hidden = self.norm(x)
+        logits = self.lm_head(hidden).float()
+        return logits, hidden, (torch.cat([saved[i] for i in capture], dim=-1) if capture else None)
+
+    @staticmethod
+    def hf_name_map(args: LlamaArgs) -> dict[str, str]:
+        """our parameter name -> HF checkpoint name."""
+        names = {"embed_tokens.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
+                 "lm_head.weight": "model.embed_tokens.weight" if args.tie_word_embeddings else "lm_head.weight"}
+        for i in range(args.num_hidden_layers):
+            for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
+                         "post_attention_layernorm"):
+                names[f"layers.{i}.{part}.weight"] = f"model.layers.{i}.{part}.weight"
+        return names

@@ -1,0 +1,94 @@
+"""Tree acceptance: greedy (longest path matching the base argmax) and lossless stochastic verification.
+
+Stochastic rule for deterministic (top-k) drafts, i.e. a point-mass draft distribution (research §4-5): at the
+current node with base distribution p (temperature / top-k / top-p already applied), try the children in draft-rank
+order, each distinct token once: accept child x with probability p(x); on rejection set p(x) = 0 and renormalise.
+If a child is accepted, descend and restart with the child's fresh p. Otherwise the bonus token is drawn from the
+current (residual) p. The output distribution equals sampling from the base, token by token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime.drafting import DraftTree
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 = greedy; top_k 0 = off; top_p 1.0 = off; seed None = nondeterministic."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise EagleTrtError(f"temperature must be >= 0, got {self.temperature}", "use 0 for greedy decoding")
+        if self.top_k < 0:
+            raise EagleTrtError(f"top_k must be >= 0, got {self.top_k}", "use 0 to disable top-k")
+        if not 0.0 < self.top_p <= 1.0:
+            raise EagleTrtError(f"top_p must be in (0, 1], got {self.top_p}", "use 1.0 to disable top-p")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits [..., V] -> the final sampling distribution (float64) after temperature, top-k and top-p."""
+    x = logits.double() / params.temperature
+    if params.top_k and params.top_k < x.shape[-1]:
+        kth = x.topk(params.top_k, dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    probs = torch.softmax(x, dim=-1)
+    if params.top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
+        sorted_p = sorted_p.masked_fill(before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
+    """logits [N+1, V]. Returns (accepted path as node ids, root first; the bonus token)."""
+    best = logits.argmax(dim=-1).tolist()
+    tokens = tree.tokens.tolist()
+    node, path = 0, [0]
+    while True:
+        want = best[node]
+        nxt = next((c for c in tree.children[node] if tokens[c] == want), None)
+        if nxt is None:
+            return path, want
+        path.append(nxt)
+        node = nxt
+
+
+def accept_sampling(logits: torch.Tensor, tree: DraftTree, params: SamplingParams,
+                    gen: torch.Generator) -> tuple[list[int], int]:
+    """Lossless stochastic acceptance over the tree (module docstring). logits [N+1, V]."""
+    tokens = tree.tokens.tolist()
+    node, path = 0, [0]
+    while True:
+        p = sampling_probs(logits[node], params).cpu()
+        tried: set[int] = set()
+        accepted = None
+        for child in tree.children[node]:
+            tok = tokens[child]
+            if tok in tried:
+                continue
+            tried.add(tok)
+            if torch.rand((), generator=gen, dtype=torch.float64).item() < p[tok].item():
+                accepted = child
+                break
+            p[tok] = 0.0
+            p = p / p.sum()
+        if accepted is None:
+            return path, int(torch.multinomial(p, 1, generator=gen).item())
+        path.append(accepted)
+        node = accepted

@@ -1,0 +1,65 @@
+"""Test doubles for the runtime: an oracle draft that proposes the base's own greedy continuation, and a tiny
+in-memory base + draft with a small vocabulary for the statistical sampling tests."""
+
+from __future__ import annotations
+
+import torch
+
+from eagle_trt.runtime.draft import DraftHead, Eagle1Draft
+from eagle_trt.runtime.engine import EagleEngine
+from eagle_trt.runtime.model import Llama, LlamaArgs
+from eagle_trt.tree import parse_tree_arg
+
+
+class OracleDraft(DraftHead):
+    """Knows the whole greedy sequence S (prompt + plain output). The row at draft position t that consumes token
+    x == S[t+1] proposes S[t+2] as its top-1 token; the other ranks are fillers. Accepted length must reach the
+    tree depth + 1 on every step (until the budget ends)."""
+
+    format = "eagle1"
+
+    def __init__(self, sequence: list[int], vocab_size: int):
+        super().__init__()
+        self.seq, self.vocab = sequence, vocab_size
+        self.fc = torch.nn.Linear(1, 1)  # DraftHead.setup_cache reads fc.weight's dtype/device
+        self.cache = self.rope = None
+
+    def setup_cache(self, max_len: int) -> None:
+        pass
+
+    def base_features(self, hidden, captured):
+        return hidden
+
+    def forward(self, input_ids, features, positions, start, mask=None):
+        return torch.stack((positions.float(), input_ids.float()), dim=-1)  # [T, 2]: what topk needs
+
+    def topk(self, out, k):
+        rows = []
+        for pos, tok in out.long().tolist():
+            best = self.seq[pos + 2] if pos + 2 < len(self.seq) and self.seq[pos + 1] == tok else (tok + 1) % self.vocab
+            fillers = [t for t in range(self.vocab) if t != best][: k - 1]
+            rows.append([best] + fillers)
+        ids = torch.tensor(rows, dtype=torch.long)
+        return -torch.arange(k, dtype=torch.float32).expand(len(rows), k).clone(), ids
+
+
+def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleEngine:
+    """A 1-layer base with a small vocabulary and a random EAGLE-1 draft, built in memory."""
+    torch.manual_seed(seed)
+    args = LlamaArgs(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                     intermediate_size=32, vocab_size=vocab)
+    base = Llama(args)
+    with torch.no_grad():
+        for p in base.parameters():
+            p.normal_(0, 0.6)
+        base.norm.weight.fill_(1.0)
+    base.eval().requires_grad_(False)
+    head = None
+    if draft:
+        head = Eagle1Draft(args, base.embed_tokens, base.lm_head, bias=True)
+        with torch.no_grad():
+            for name, p in head.named_parameters():
+                if not name.startswith(("embed_tokens", "lm_head")):
+                    p.normal_(0, 0.3)
+        head.eval().requires_grad_(False)
+    return EagleEngine(base, head, None, parse_tree_arg(tree), "cpu", max_seq_len=64)

@@ -1,0 +1,160 @@
+"""The PyTorch EAGLE runtime on tiny models: greedy identity (random, oracle drafts; HF transformers), stops,
+budgets, trees, bad input."""
+
+import pytest
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime import EagleEngine, SamplingParams
+from eagle_trt.runtime.drafting import draft_dynamic
+from runtime_helpers import OracleDraft, tiny_engine
+
+TREES = ["chain:1", "chain:4", "static:mc_sim_7b_63", "static:eagle_default", "static:[[0],[1],[0,0],[0,1],[1,0]]",
+         "dynamic:3,4,10", "dynamic:5,8,48"]
+PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(tiny_base):
+    engine = EagleEngine.load(tiny_base, None)
+    return {tuple(p): engine.generate_all(p, 48).token_ids for p in PROMPTS}
+
+
+@pytest.mark.parametrize("tree", TREES)
+@pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle1_draft_nobias", "eagle3_draft"])
+def test_greedy_identity_with_random_draft(request, tiny_base, plain_outputs, tree, draft_name):
+    engine = EagleEngine.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
+    for prompt in PROMPTS:
+        result = engine.generate_all(prompt, 48)
+        assert result.token_ids == plain_outputs[tuple(prompt)]
+        assert result.finish_reason == "length" and len(result.token_ids) == 48
+        assert result.stats.steps == 47 - sum(a - 1 for a in result.stats.accepted_lengths)
+
+
+def test_plain_decoding_equals_hf_transformers(tiny_base, plain_outputs):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_base, dtype=torch.float32)
+    for prompt in PROMPTS:
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=False, eos_token_id=None,
+                             pad_token_id=0)[0, len(prompt):].tolist()
+        assert out == plain_outputs[tuple(prompt)]
+
+
+@pytest.mark.parametrize("tree, depth", [("chain:4", 4), ("static:mc_sim_7b_63", 4), ("static:eagle_default", 5),
+                                         ("dynamic:3,4,10", 4)])
+def test_oracle_draft_reaches_tree_depth(tiny_base, plain_outputs, tree, depth):
+    prompt = PROMPTS[0]
+    seq = prompt + plain_outputs[tuple(prompt)]
+    engine = EagleEngine.load(tiny_base, None, tree=tree)
+    engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
+    engine.plan = engine.plan  # static plan already built from the tree
+    result = engine.generate_all(prompt, 48)
+    assert result.token_ids == plain_outputs[tuple(prompt)]
+    lengths = result.stats.accepted_lengths
+    assert all(a == depth + 1 for a in lengths[:-1]), lengths  # every full step accepts a whole path
+    assert result.stats.mean_accepted_length > depth
+    assert result.stats.acceptance_rate > 0
+
+
+def test_stop_token_inside_accepted_path(tiny_base, plain_outputs):
+    prompt = PROMPTS[0]
+    seq = prompt + plain_outputs[tuple(prompt)]
+    stop = plain_outputs[tuple(prompt)][10]
+    first = plain_outputs[tuple(prompt)].index(stop)
+    engine = EagleEngine.load(tiny_base, None, tree="chain:6")
+    engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
+    result = engine.generate_all(prompt, 48, stop_token_ids=[stop])
+    assert result.token_ids == plain_outputs[tuple(prompt)][: first + 1]
+    assert result.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("budget", [1, 2, 5, 7, 13])
+def test_max_tokens_is_exact_with_long_accepts(tiny_base, plain_outputs, budget):
+    prompt = PROMPTS[0]
+    engine = EagleEngine.load(tiny_base, None, tree="chain:6")
+    engine.draft = OracleDraft(prompt + plain_outputs[tuple(prompt)], engine.base.args.vocab_size)
+    result = engine.generate_all(prompt, budget)
+    assert result.token_ids == plain_outputs[tuple(prompt)][:budget] and result.finish_reason == "length"
+
+
+def test_stop_string(tiny_base, eagle1_draft):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:3")
+    full = engine.generate_all(PROMPTS[0], 30)
+    text = tok.decode(full.token_ids)
+    needle = text[len(text) // 2: len(text) // 2 + 2]
+    cut = engine.generate_all(PROMPTS[0], 30, stop_strings=[needle], tokenizer=tok)
+    assert cut.finish_reason == "stop" and needle in tok.decode(cut.token_ids)
+    assert needle not in tok.decode(cut.token_ids[:-1])
+    assert cut.token_ids == full.token_ids[: len(cut.token_ids)]
+
+
+def test_streaming_steps_concatenate_to_the_result(tiny_base, eagle1_draft):
+    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    steps = list(engine.generate(PROMPTS[1], 20))
+    assert [t for s in steps for t in s.token_ids] == engine.generate_all(PROMPTS[1], 20).token_ids
+    assert steps[-1].finish_reason == "length" and all(s.finish_reason is None for s in steps[:-1])
+
+
+def test_seeded_sampling_is_reproducible(tiny_base, eagle1_draft):
+    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    params = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=7)
+    a = engine.generate_all(PROMPTS[0], 30, params).token_ids
+    assert a == engine.generate_all(PROMPTS[0], 30, params).token_ids
+    assert a != engine.generate_all(PROMPTS[0], 30, SamplingParams(temperature=0.9, seed=8)).token_ids
+
+
+def test_dynamic_tree_node_count_and_parents_first():
+    engine = tiny_engine("dynamic:4,3,12", vocab=50)
+    engine.base.setup_cache(64)
+    prompt = [1, 2, 3, 4]
+    torch.manual_seed(0)
+    ids = torch.tensor(prompt)
+    _, hidden, _ = engine.base(ids, torch.arange(4), 0)
+    out = engine.draft(torch.tensor([2, 3, 4, 5]), hidden, torch.arange(4), 0)[-1:]
+    tree = draft_dynamic(engine.draft, 4, 3, 12, 5, out, 4)
+    assert tree.num_draft_tokens == 12 and tree.tokens[0].item() == 5
+    assert all(0 <= p < i for i, p in enumerate(tree.parents) if i)  # parents come first
+    assert tree.depths.max().item() <= 5
+    mask = tree.mask
+    assert torch.equal(mask, mask.tril()) and mask[:, 0].all()
+    assert all(mask[i].sum().item() == tree.depths[i].item() + 1 for i in range(len(tree.parents)))
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"max_new_tokens": 0}, "positive integer"),
+    ({"max_new_tokens": -3}, "positive integer"),
+    ({"input_ids": []}, "empty"),
+    ({"input_ids": [10**6]}, "outside the vocabulary"),
+    ({"input_ids": list(range(5, 300)) * 2}, "exceeds the cache"),
+    ({"stop_strings": ["x"]}, "need a tokenizer"),
+])
+def test_bad_requests(tiny_base, eagle1_draft, kwargs, words):
+    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:2", max_seq_len=512)
+    args = {"input_ids": [5, 6, 7], "max_new_tokens": 10} | kwargs
+    with pytest.raises(EagleTrtError, match=words):
+        engine.generate_all(**args)
+
+
+def test_bad_sampling_params():
+    with pytest.raises(EagleTrtError, match="temperature"):
+        SamplingParams(temperature=-1)
+    with pytest.raises(EagleTrtError, match="top_p"):
+        SamplingParams(temperature=1, top_p=0)
+    with pytest.raises(EagleTrtError, match="top_k"):
+        SamplingParams(temperature=1, top_k=-2)
+
+
+def test_mismatched_draft_is_refused(tiny_base, tmp_path):
+    import builders
+
+    other = builders.make_base(tmp_path / "other", builders.TinyDims(hidden_size=32, num_attention_heads=2,
+                                                                       num_key_value_heads=1))
+    draft = builders.make_eagle1_draft(tmp_path / "d", other)
+    with pytest.raises(EagleTrtError, match="hidden_size 32 != base hidden_size 64"):
+        EagleEngine.load(tiny_base, draft)
+    with pytest.raises(EagleTrtError, match="invalid tree spec"):
+        EagleEngine.load(tiny_base, None, tree="bogus")
