@@ -1,0 +1,74 @@
+"""`eagle-trt train-draft`: train an EAGLE draft for a base that has none, by self-distillation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from eagle_trt.errors import EagleTrtError
+
+
+def _progress(stage: str, total):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=stage, unit="prompt" if stage == "data" else "step", leave=True)
+
+    def update(*args):
+        if stage == "data":
+            bar.update(args[0])
+        else:
+            step, steps, metrics = args
+            bar.total = steps
+            bar.n = step
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", top1=f"{metrics['top1']:.2f}")
+            bar.refresh()
+
+    return update
+
+
+@click.command("train-draft")
+@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF base model directory.")
+@click.option("--prompts", "prompts_file", required=True, type=click.Path(path_type=Path),
+              help="JSONL of training prompts (prompt/text/turns/ShareGPT conversations).")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
+@click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
+@click.option("--max-prompts", type=int, default=512, show_default=True)
+@click.option("--gen-tokens", type=int, default=160, show_default=True, help="Answer length per prompt.")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
+@click.option("--epochs", type=int, default=4, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--batch-size", type=int, default=2048, show_default=True, help="Draft rows (tokens) per step.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
+def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, temperature, epochs, lr,
+                    batch_size, seed, device, resume, force, as_json):
+    """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
+
+    \b
+    Example:
+      eagle-trt train-draft --base $(eagle-trt demo-model | tail -1) \\
+        --prompts ../shared/data/sharegpt_prompts.jsonl -o smollm2-eagle1 --max-prompts 512
+    """
+    from eagle_trt.train.data import DataConfig
+    from eagle_trt.train.eagle1 import TrainConfig
+    from eagle_trt.train.pipeline import TrainRequest, run
+
+    for name, value in (("--max-prompts", max_prompts), ("--gen-tokens", gen_tokens), ("--epochs", epochs),
+                        ("--batch-size", batch_size)):
+        if value < 1:
+            raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
+    req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
+                       DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed),
+                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed), resume=resume,
+                       force=force)
+    record = run(req, progress=_progress)
+    if as_json:
+        click.echo(json.dumps(record, indent=2))
+    else:
+        click.echo(f"held-out mean accepted length (greedy, {req.eval_tree}): {record['heldout_tau']:.2f}")
+        click.echo(str(out_dir))

