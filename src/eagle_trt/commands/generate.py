@@ -1,0 +1,106 @@
+"""`eagle-trt generate`: EAGLE generation locally with the PyTorch runtime (--base) or from a Triton server (--url)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.tree import TREE_ARG_HELP
+
+
+def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
+    """Token ids of the prompt, through the base's chat template when `chat` (and the tokenizer has one)."""
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise EagleTrtError("--chat was requested but the base has no chat template",
+                                "pass --no-chat, or use a base directory with a chat template")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt)["input_ids"]
+
+
+def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool, max_tokens: int, sampling,
+              tree: str, device: str, dtype: str, stream: bool, as_json: bool) -> dict:
+    from transformers import AutoTokenizer
+
+    from eagle_trt.runtime import EagleEngine
+
+    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    ids = encode_prompt(tokenizer, prompt, chat)
+    tokens, printed, reason, stats = [], "", "length", None
+    for step in engine.generate(ids, max_tokens, sampling, stop_token_ids=engine.base_spec.eos_token_ids):
+        tokens += step.token_ids
+        stats, reason = step.stats, step.finish_reason or reason
+        if stream and not as_json:
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            if not text.endswith("\ufffd"):  # wait for a complete UTF-8 character
+                click.echo(text[len(printed):], nl=False)
+                printed = text
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    result = {"text": text, "token_ids": tokens, "finish_reason": reason, "prompt_tokens": len(ids),
+              "stats": stats.to_dict()}
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(text[len(printed):] if stream else text)
+        s = stats
+        click.echo(f"[{'eagle' if draft_dir else 'plain'}] {len(tokens)} tokens in {s.steps} steps, mean accepted "
+                   f"length {s.mean_accepted_length:.2f}, acceptance rate {s.acceptance_rate:.3f}, draft "
+                   f"{s.draft_time_s:.2f} s / verify {s.verify_time_s:.2f} s", err=True)
+    return result
+
+
+@click.command("generate")
+@click.argument("prompt")
+@click.option("--base", "base_dir", type=click.Path(path_type=Path), help="Local mode: HF base model directory.")
+@click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="Local mode: EAGLE draft (omit: plain).")
+@click.option("--url", help="Remote mode: Triton server, e.g. http://127.0.0.1:8000 or grpc://127.0.0.1:8001.")
+@click.option("--model", default="eagle_model", show_default=True, help="Remote mode: model to call.")
+@click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the base's chat template.")
+@click.option("--max-tokens", type=int, default=128, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--top-k", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=None)
+@click.option("--tree", default="dynamic:5,8,48", show_default=True, help=f"Local mode: {TREE_ARG_HELP}.")
+@click.option("--device", default="cpu", show_default=True, help="Local mode: cpu or cuda.")
+@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True)
+@click.option("--stream", is_flag=True, help="Print text as tokens commit.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: text, token_ids, stats.")
+def generate_cmd(prompt, base_dir, draft_dir, url, model, chat, max_tokens, temperature, top_p, top_k, seed, tree,
+                 device, dtype, stream, as_json):
+    """Generate text with EAGLE speculative decoding.
+
+    \b
+    Examples:
+      eagle-trt generate --base BASE --draft DRAFT "What is the capital of France?" --stream
+      eagle-trt generate --base BASE "Same prompt, plain decoding" --json
+      eagle-trt generate --url http://127.0.0.1:8000 --model eagle_model "Hello" --stream
+    """
+    from eagle_trt.runtime import SamplingParams
+
+    if (base_dir is None) == (url is None):
+        raise click.UsageError("pass either --base (local runtime) or --url (a Triton server), not both")
+    if max_tokens <= 0:
+        raise EagleTrtError(f"--max-tokens must be positive, got {max_tokens}", "ask for at least 1 token")
+    if url is not None:
+        from eagle_trt.client.triton import print_remote_generation
+
+        options = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        if seed is not None:
+            options["seed"] = seed
+        protocol = "grpc" if url.startswith("grpc://") else "http"
+        print_remote_generation(url.removeprefix("grpc://") if protocol == "grpc" else url, model, prompt,
+                                max_tokens=max_tokens, stream=stream, chat=chat, as_json=as_json, protocol=protocol,
+                                **options)
+        return
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    run_local(base_dir, draft_dir, prompt, chat=chat, max_tokens=max_tokens, sampling=sampling, tree=tree,
+              device=device, dtype=dtype, stream=stream, as_json=as_json)
+    sys.stdout.flush()

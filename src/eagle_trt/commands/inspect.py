@@ -1,0 +1,80 @@
+"""`eagle-trt inspect`: describe a base (and a draft) from configs, tokenizer files and the weight index, without
+loading weights, and say whether they fit together (and with which engine). JSON keys: docs/inspect.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import click
+
+from eagle_trt.errors import EagleTrtError
+
+ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
+
+
+def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> dict:
+    from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
+
+    base = ModelSpec.from_dir(base_dir)
+    draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+    engines = [engine] if engine else list(ENGINES)
+    verdicts = {}
+    for e in engines:
+        problems = check_compatibility(base, draft, e)
+        verdicts[e] = {"ok": not problems, "problems": [dataclasses.asdict(p) for p in problems]}
+    general = check_compatibility(base, draft, None)
+    base_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(base).items()}
+    base_d["is_llama"] = base.is_llama
+    draft_d = None
+    if draft is not None:
+        draft_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(draft).items()}
+    return {"base": base_d, "draft": draft_d, "compatible": not general,
+            "problems": [dataclasses.asdict(p) for p in general], "engines": verdicts}
+
+
+def _table(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for title, part in (("base", report["base"]), ("draft", report["draft"])):
+        if part is None:
+            continue
+        table = Table(title=f"{title}: {part['path']}", show_header=False)
+        for key, value in part.items():
+            if key != "path":
+                table.add_row(key, str(value))
+        console.print(table)
+    verdict = "compatible" if report["compatible"] else "NOT compatible"
+    console.print(f"verdict: {verdict}")
+    for p in report["problems"]:
+        console.print(f"  - {p['message']}\n    hint: {p['hint']}")
+    for engine, v in report["engines"].items():
+        status = "ok" if v["ok"] else "no: " + "; ".join(p["message"] for p in v["problems"])
+        console.print(f"engine {engine}: {status}")
+
+
+@click.command("inspect")
+@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF base model directory.")
+@click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="EAGLE draft directory.")
+@click.option("--engine", type=click.Choice(ENGINES), help="Check support by one engine only.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable report (keys in docs/inspect.md).")
+def inspect_cmd(base_dir, draft_dir, engine, as_json):
+    """Report a base (and draft) checkpoint and whether they fit together. Exit 1 when they do not.
+
+    \b
+    Example:
+      eagle-trt inspect --base ./Llama-3-8B-Instruct --draft ./EAGLE-LLaMA3-Instruct-8B --json
+    """
+    report = inspect_dirs(base_dir, draft_dir, engine)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _table(report)
+    bad = not report["compatible"] or (engine is not None and not report["engines"][engine]["ok"])
+    if bad:
+        problems = report["problems"] or report["engines"][engine]["problems"]
+        raise EagleTrtError("the base and draft do not fit: " + "; ".join(p["message"] for p in problems),
+                            "; ".join(dict.fromkeys(p["hint"] for p in problems)))
