@@ -7,5 +7,5 @@ OUT=${1:-build/smollm2-eagle1}
 PROMPTS=${PROMPTS:-../shared/data/sharegpt_prompts.jsonl}
 BASE=$(.venv/bin/eagle-trt demo-model | tail -1)
 .venv/bin/eagle-trt train-draft --base "$BASE" --prompts "$PROMPTS" -o "$OUT" --format eagle1 \
-  --max-prompts 640 --gen-tokens 160 --epochs 4 --lr 1e-3 --batch-size 2048 --seed 0 --resume --force
+  --max-prompts 384 --gen-tokens 128 --epochs 4 --lr 1e-3 --batch-size 2048 --seed 0 --resume --force
 cp -r "$OUT"/. src/eagle_trt/data/drafts/smollm2-eagle1/

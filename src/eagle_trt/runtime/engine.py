@@ -65,6 +65,22 @@ class GenerationResult:
     text: str | None = None
 
 
+class Generation:
+    """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`."""
+
+    def __init__(self, steps: Iterator[StepOutput], stats: GenerationStats):
+        self._steps, self.stats = steps, stats
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> StepOutput:
+        return next(self._steps)
+
+    def close(self) -> None:
+        self._steps.close()
+
+
 class EagleEngine:
     """Holds the base, the draft (optional) and their caches; `generate` serves one request at a time."""
 
@@ -104,16 +120,24 @@ class EagleEngine:
             stats, reason = step.stats, step.finish_reason or reason
         return GenerationResult(tokens, reason, stats)
 
-    @torch.inference_mode()
     def generate(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
-                 tokenizer=None) -> Iterator[StepOutput]:
+                 tokenizer=None) -> Generation:
+        """Iterate over the verify steps of one request; `.stats` is live while it runs. Bad requests raise
+        EagleTrtError here, before any work."""
         prompt = [int(t) for t in input_ids]
         self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
+        stats = GenerationStats()
+        return Generation(self._steps(prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
+                                      stats), stats)
+
+    @torch.inference_mode()
+    def _steps(self, prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
+               stats: GenerationStats) -> Iterator[StepOutput]:
         gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
                                             int(torch.randint(0, 2**62, ()).item()))
         stop_ids = set(int(t) for t in stop_token_ids)
-        stats, out_tokens = GenerationStats(), []
+        out_tokens = []
         t0 = time.perf_counter()
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)
         logits, hidden, captured = self.base(ids, torch.arange(len(prompt), device=self.device), 0,
