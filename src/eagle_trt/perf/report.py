@@ -1,0 +1,150 @@
+"""The perf report: eagle_model vs base_model from two AIPerf runs (or genai-perf exports) -> report.json,
+report.md and PNG plots.
+
+report.json top level: speedup (eagle / base output tok/s), mean_accepted_length, identical (every eagle text
+equals its base text), plus per-model metrics, per-category speedups, settings, versions and the machine.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from eagle_trt import __version__
+from eagle_trt.perf.aiperf_run import RunResult
+
+
+def _avg(summary: dict, key: str):
+    value = summary.get(key)
+    return value.get("avg") if isinstance(value, dict) else value
+
+
+def model_metrics(run: RunResult) -> dict:
+    s = run.summary
+    per_req = [r.tokens_per_s for r in run.requests if r.latency_ms]
+    return {
+        "model": run.model, "requests": len(run.requests) or _avg(s, "request_count"),
+        "output_token_throughput": _avg(s, "output_token_throughput"),
+        "output_token_throughput_per_user": _avg(s, "output_token_throughput_per_user"),
+        "mean_request_tokens_per_s": statistics.mean(per_req) if per_req else None,
+        "time_to_first_token_ms": _avg(s, "time_to_first_token"),
+        "inter_token_latency_ms": _avg(s, "inter_token_latency"),
+        "request_latency_ms": _avg(s, "request_latency"),
+        "output_sequence_length": _avg(s, "output_sequence_length"),
+        "input_sequence_length": _avg(s, "input_sequence_length"),
+        "spec_decode_acceptance_length": _avg(s, "spec_decode_acceptance_length"),
+        "artifact_dir": str(run.artifact_dir),
+    }
+
+
+def build_report(eagle: RunResult, base: RunResult, *, categories: dict[str, str] | None = None,
+                 settings: dict | None = None) -> dict:
+    e, b = model_metrics(eagle), model_metrics(base)
+    speedup = (e["output_token_throughput"] / b["output_token_throughput"]
+               if e["output_token_throughput"] and b["output_token_throughput"] else None)
+    steps = [a for r in eagle.requests for a in r.accepted_lengths]
+    mean_al = statistics.mean(steps) if steps else (e["spec_decode_acceptance_length"] or None)
+    base_text = {r.prompt: r.text for r in base.requests}
+    pairs = [(r, base_text.get(r.prompt)) for r in eagle.requests]
+    compared = [(r, t) for r, t in pairs if t is not None]
+    mismatches = [r.prompt[:80] for r, t in compared if r.text != t]
+    identical = bool(compared) and not mismatches
+    per_category = _per_category(eagle, base, categories or {})
+    return {
+        "speedup": speedup, "mean_accepted_length": mean_al, "identical": identical,
+        "compared_requests": len(compared), "mismatched_prompts": mismatches,
+        "eagle": e, "base": b, "per_category_speedup": per_category,
+        "accepted_length_histogram": _histogram(steps),
+        "settings": settings or {}, "versions": _versions(), "machine": _machine(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _per_category(eagle: RunResult, base: RunResult, categories: dict[str, str]) -> dict:
+    base_by_prompt = {r.prompt: r for r in base.requests}
+    ratios = defaultdict(list)
+    for r in eagle.requests:
+        other = base_by_prompt.get(r.prompt)
+        if other is None or not r.tokens_per_s or not other.tokens_per_s:
+            continue
+        ratios[categories.get(r.prompt, "all")].append(r.tokens_per_s / other.tokens_per_s)
+    return {cat: statistics.mean(v) for cat, v in sorted(ratios.items())}
+
+
+def _histogram(steps: list[int]) -> dict[str, int]:
+    counts = defaultdict(int)
+    for a in steps:
+        counts[str(a)] += 1
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"eagle-trt": __version__, "python": platform.python_version()}
+    for pkg in ("torch", "transformers", "nvidia-pytriton", "tritonclient"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _machine() -> dict:
+    import os
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count()}
+
+
+def _fmt(value, spec=".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def summary_table(report: dict) -> str:
+    e, b = report["eagle"], report["base"]
+    rows = [("output tok/s", e["output_token_throughput"], b["output_token_throughput"]),
+            ("TTFT ms", e["time_to_first_token_ms"], b["time_to_first_token_ms"]),
+            ("ITL ms", e["inter_token_latency_ms"], b["inter_token_latency_ms"]),
+            ("request latency ms", e["request_latency_ms"], b["request_latency_ms"])]
+    lines = ["| metric | eagle_model | base_model |", "|---|---|---|"]
+    lines += [f"| {name} | {_fmt(x)} | {_fmt(y)} |" for name, x, y in rows]
+    lines += ["", f"speedup (output tok/s): **{_fmt(report['speedup'])}x**",
+              f"mean accepted length: **{_fmt(report['mean_accepted_length'])}**",
+              f"identical outputs: **{'yes' if report['identical'] else 'NO'}** "
+              f"({report['compared_requests']} requests compared)"]
+    return "\n".join(lines)
+
+
+def write_report(report: dict, out_dir: Path, eagle: RunResult | None = None, base: RunResult | None = None) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = []
+    if eagle is not None and base is not None:
+        from eagle_trt.perf.plots import write_plots
+
+        plots = write_plots(report, eagle, base, out_dir)
+    report = dict(report, plots=[p.name for p in plots])
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    md = ["# eagle_model vs base_model", "", summary_table(report), ""]
+    if report["per_category_speedup"]:
+        md += ["## Speedup per category (mean of per-request tok/s ratios)", "", "| category | speedup |", "|---|---|"]
+        md += [f"| {c} | {v:.2f}x |" for c, v in report["per_category_speedup"].items()]
+        md.append("")
+    if report["accepted_length_histogram"]:
+        md += ["## Accepted length per verify step", "", "| accepted | steps |", "|---|---|"]
+        md += [f"| {k} | {v} |" for k, v in report["accepted_length_histogram"].items()]
+        md.append("")
+    if report["mismatched_prompts"]:
+        md += ["## Outputs that differ (a lossless engine never does this)", ""]
+        md += [f"- {p}" for p in report["mismatched_prompts"]]
+        md.append("")
+    md += ["## Settings", "", "```json", json.dumps(report["settings"], indent=2), "```", "",
+           "## Versions and machine", "", "```json", json.dumps({"versions": report["versions"],
+                                                                 "machine": report["machine"]}, indent=2), "```", ""]
+    md += [f"![{p.stem}]({p.name})" for p in plots]
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    return out_dir / "report.md"

@@ -1,0 +1,55 @@
+"""`eagle-trt inspect`: human and JSON output, pinned JSON keys, verdicts per engine."""
+
+import json
+
+from click.testing import CliRunner
+
+from eagle_trt.cli import main
+
+BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
+             "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id",
+             "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "is_llama"}
+DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
+              "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format"}
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["inspect", *map(str, args)])
+
+
+def test_json_keys_are_stable(tiny_base, eagle1_draft):
+    res = run("--base", tiny_base, "--draft", eagle1_draft, "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert set(report) == {"base", "draft", "compatible", "problems", "engines"}
+    assert set(report["base"]) == BASE_KEYS and set(report["draft"]) == DRAFT_KEYS
+    assert set(report["engines"]) == {"trtllm", "llmapi", "pytorch", "vllm"}
+    assert report["compatible"] and report["problems"] == []
+    assert report["base"]["eos_token_ids"] == [2] and report["base"]["has_chat_template"]
+    assert report["draft"]["format"] == "eagle1" and report["draft"]["has_fc_bias"]
+    assert report["engines"]["trtllm"]["ok"] and not report["engines"]["llmapi"]["ok"]
+
+
+def test_eagle3_and_nobias_drafts(tiny_base, eagle3_draft, eagle1_draft_nobias):
+    r3 = json.loads(run("--base", tiny_base, "--draft", eagle3_draft, "--json").output)
+    assert r3["draft"]["format"] == "eagle3" and r3["draft"]["draft_vocab_size"] == 200
+    assert r3["draft"]["fc_in_features"] == 3 * 64 and not r3["draft"]["has_embed_tokens"]
+    assert not r3["engines"]["trtllm"]["ok"] and r3["engines"]["llmapi"]["ok"]
+    r1 = json.loads(run("--base", tiny_base, "--draft", eagle1_draft_nobias, "--json").output)
+    assert not r1["draft"]["has_fc_bias"] and not r1["draft"]["has_embed_tokens"]
+
+
+def test_engine_option_and_exit_code(tiny_base, eagle3_draft):
+    res = run("--base", tiny_base, "--draft", eagle3_draft, "--engine", "trtllm")
+    assert res.exit_code == 1
+    assert "EAGLE-3 drafts are not supported by the TensorRT-LLM engine" in res.output
+    assert "--engine llmapi" in res.output
+
+
+def test_human_output(tiny_base_tied):
+    res = run("--base", tiny_base_tied)
+    assert res.exit_code == 0, res.output
+    assert "tie_word_embeddings" in res.output and "verdict: compatible" in res.output
+    assert "engine trtllm: ok" in res.output
