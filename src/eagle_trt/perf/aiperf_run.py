@@ -65,7 +65,7 @@ def run_aiperf(model: str, url: str, input_file: Path, tokenizer: Path, requests
     with open(log_file, "w") as log:
         proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     if proc.returncode != 0:
-        tail = log_file.read_text()[-1500:]
+        tail = log_file.read_text(encoding="utf-8")[-1500:]
         raise EagleTrtError(f"AIPerf failed on {model} (exit {proc.returncode}); log {log_file}:\n{tail}",
                             "check that the server is up and the model is loaded")
     return read_aiperf_dir(artifact_dir, model)
@@ -76,20 +76,33 @@ def read_aiperf_dir(artifact_dir: Path, model: str | None = None) -> RunResult:
     summary_file = artifact_dir / "profile_export_aiperf.json"
     if not summary_file.exists():
         raise EagleTrtError(f"{summary_file} does not exist", "pass an AIPerf --artifact-dir from a finished run")
-    summary = json.loads(summary_file.read_text())
+    summary = json.loads(summary_file.read_text(encoding="utf-8"))
     errors = summary.get("error_summary") or []
     if errors:
         raise EagleTrtError(f"AIPerf reported errors in {artifact_dir}: {json.dumps(errors)[:500]}",
                             "look at the server log; every request must succeed for a fair comparison")
     model = model or (summary.get("input_config", {}).get("endpoint", {}).get("model_names") or ["?"])[0]
     raw = artifact_dir / "profile_export_raw.jsonl"
-    requests = _read_raw(raw) if raw.exists() else []
+    metrics = _read_metrics(artifact_dir / "profile_export.jsonl")
+    requests = _read_raw(raw, metrics) if raw.exists() else []
     return RunResult(model, summary, requests, artifact_dir)
 
 
-def _read_raw(path: Path) -> list[RequestResult]:
+def _read_metrics(path: Path) -> dict[str, dict]:
+    """Per-request metrics (profile_export.jsonl) by x_request_id."""
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            rec = json.loads(line)
+            out[rec.get("metadata", {}).get("x_request_id")] = rec.get("metrics", {})
+    return out
+
+
+def _read_raw(path: Path, all_metrics: dict[str, dict]) -> list[RequestResult]:
     out = []
-    for line in path.read_text().split("\n"):
+    for line in path.read_text(encoding="utf-8").split("\n"):
         if not line.strip():
             continue
         rec = json.loads(line)
@@ -101,7 +114,7 @@ def _read_raw(path: Path) -> list[RequestResult]:
             payload = json.loads(payload)
         events = _events(rec)
         texts = [e.get("text_output", "") for e in events]
-        metrics = rec.get("metrics", {})
+        metrics = rec.get("metrics") or all_metrics.get(meta.get("x_request_id"), {})
         out.append(RequestResult(
             prompt=payload.get("text_input", ""), text="".join(t for t in texts if isinstance(t, str)),
             output_tokens=int(_metric(metrics, "output_sequence_length") or 0),

@@ -29,7 +29,7 @@ def load_run(path: Path, default_model: str) -> RunResult:
 
 def _genai_perf(path: Path, model: str) -> RunResult:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise EagleTrtError(f"{path} is not JSON: {exc}", "pass the genai-perf export file") from None
     if "output_token_throughput" not in data:

@@ -88,7 +88,7 @@ def _jsonl(path: Path) -> list[dict]:
     if not path.exists():
         raise EagleTrtError(f"dataset file {path} does not exist", "pass an existing JSONL file")
     rows = []
-    for n, line in enumerate(path.read_text().split("\n"), start=1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         if not line.strip():
             continue
         try:
