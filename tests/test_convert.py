@@ -1,0 +1,188 @@
+"""TensorRT-LLM EAGLE checkpoint conversion: every expected tensor with the §B.3 slice of its HF source (the
+expectation is computed here independently of the converter), config keys, TP 1/2/4, bias/embed/tied variants."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+import builders
+from eagle_trt.build.checkpoint import ConvertOptions, convert
+from eagle_trt.errors import EagleTrtError
+
+LAYER_PARTS = {"mlp.fc.weight": "mlp.gate_proj.weight", "mlp.gate.weight": "mlp.up_proj.weight",
+               "mlp.proj.weight": "mlp.down_proj.weight", "attention.dense.weight": "self_attn.o_proj.weight",
+               "post_layernorm.weight": "post_attention_layernorm.weight",
+               "input_layernorm.weight": "input_layernorm.weight"}
+
+
+def hf(d):
+    sd = {}
+    for f in sorted(d.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    return sd
+
+
+def expected_rank(base_sd, draft_sd, cfg, tp, r, nets, has_bias, tied):
+    """What TRT-LLM's loader wants in rank r (research/trtllm_eagle.md §B.3), written out longhand."""
+    h, nh, nkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    vocab = cfg["vocab_size"]
+
+    def rows(w):
+        n = w.shape[0] // tp
+        return w[r * n:(r + 1) * n]
+
+    def cols(w):
+        n = w.shape[1] // tp
+        return w[:, r * n:(r + 1) * n]
+
+    def qkv(q, k, v):
+        qh = nh // tp
+        if nkv >= tp:
+            kvh = list(range(r * nkv // tp, (r + 1) * nkv // tp))
+        else:
+            kvh = [r // (tp // nkv)]
+        pick = lambda w, hs: torch.cat([w[x * d:(x + 1) * d] for x in hs])  # noqa: E731
+        return torch.cat((q[r * qh * d:(r + 1) * qh * d], pick(k, kvh), pick(v, kvh)))
+
+    def head(w):
+        pad = -(-vocab // tp) * tp
+        w = torch.cat((w, torch.zeros(pad - vocab, h))) if pad > vocab else w
+        return w[r * pad // tp:(r + 1) * pad // tp]
+
+    lm = base_sd["model.embed_tokens.weight"] if tied else base_sd["lm_head.weight"]
+    out = {"transformer.vocab_embedding.weight": base_sd["model.embed_tokens.weight"],
+           "transformer.ln_f.weight": base_sd["model.norm.weight"], "lm_head.weight": head(lm)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        for trt, src in LAYER_PARTS.items():
+            w = base_sd[p + src]
+            out[f"transformer.layers.{i}.{trt}"] = rows(w) if trt in ("mlp.fc.weight", "mlp.gate.weight") else (
+                cols(w) if trt in ("mlp.proj.weight", "attention.dense.weight") else w)
+        out[f"transformer.layers.{i}.attention.qkv.weight"] = qkv(*(base_sd[p + f"self_attn.{x}_proj.weight"]
+                                                                    for x in "qkv"))
+    if draft_sd is None:
+        return out
+    for k in range(nets):
+        e = f"eagle_nets.{k}."
+        out[e + "drafter.vocab_embedding.weight"] = draft_sd.get("embed_tokens.weight",
+                                                                 base_sd["model.embed_tokens.weight"])
+        out[e + "drafter.fc.weight"] = rows(draft_sd["fc.weight"])
+        out[e + "drafter.fc.bias"] = rows(draft_sd["fc.bias"]) if has_bias else torch.zeros(h // tp)
+        for trt, src in LAYER_PARTS.items():
+            if trt == "input_layernorm.weight":
+                continue
+            w = draft_sd["layers.0." + src]
+            out[e + "drafter.layers.0." + trt] = rows(w) if trt in ("mlp.fc.weight", "mlp.gate.weight") else (
+                cols(w) if trt in ("mlp.proj.weight", "attention.dense.weight") else w)
+        out[e + "drafter.layers.0.attention.qkv.weight"] = qkv(*(draft_sd[f"layers.0.self_attn.{x}_proj.weight"]
+                                                                 for x in "qkv"))
+        out[e + "lm_head.weight"] = head(lm)
+    return out
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+@pytest.mark.parametrize("variant", ["bias_embed", "nobias_noembed", "tied_base", "base_only"])
+def test_tensors_match_the_trtllm_layout(tmp_path, tiny_base, tiny_base_tied, eagle1_draft, eagle1_draft_nobias,
+                                         tp, variant):
+    base = tiny_base_tied if variant == "tied_base" else tiny_base
+    draft = {"bias_embed": eagle1_draft, "nobias_noembed": eagle1_draft_nobias, "base_only": None,
+             "tied_base": builders.make_eagle1_draft(tmp_path / "d", tiny_base_tied)}[variant]
+    out = convert(base, draft, tmp_path / "ckpt", ConvertOptions(tp_size=tp, dtype="float32", num_eagle_layers=3))
+    cfg_hf = json.loads((base / "config.json").read_text())
+    base_sd, draft_sd = hf(base), (hf(draft) if draft else None)
+    for r in range(tp):
+        want = expected_rank(base_sd, draft_sd, cfg_hf, tp, r, 3, variant != "nobias_noembed", variant == "tied_base")
+        with safe_open(str(out / f"rank{r}.safetensors"), "pt") as fh:
+            assert set(fh.keys()) == set(want), set(fh.keys()) ^ set(want)
+            for name, tensor in want.items():
+                got = fh.get_tensor(name)
+                assert got.shape == tensor.shape, name
+                assert torch.equal(got, tensor.float()), name
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"] + [f"rank{r}.safetensors" for r in range(tp)]
+
+
+def test_config_keys_and_values(tmp_path, tiny_base, eagle1_draft):
+    out = convert(tiny_base, eagle1_draft, tmp_path / "c", ConvertOptions(tp_size=2, dtype="bfloat16",
+                                                                           num_eagle_layers=4, max_draft_len=63))
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["architecture"] == "EagleForCausalLM" and cfg["dtype"] == "bfloat16"
+    assert (cfg["max_draft_len"], cfg["num_eagle_layers"], cfg["max_non_leaves_per_layer"]) == (63, 4, 10)
+    assert cfg["mapping"] == {"world_size": 2, "tp_size": 2, "pp_size": 1}
+    assert cfg["position_embedding_type"] == "rope_gpt_neox" and cfg["logits_dtype"] == "float32"
+    assert cfg["head_size"] == cfg["head_dim"] == 16 and cfg["rotary_base"] == 10000.0
+    net = cfg["eagle_net_config"]
+    assert net["num_hidden_layers"] == 1 and net["architecture"] == "LlamaForCausalLM"
+    assert net["max_position_embeddings"] == 2048 and net["hidden_size"] == 64
+    with safe_open(str(out / "rank0.safetensors"), "pt") as fh:
+        assert fh.get_tensor("lm_head.weight").dtype == torch.bfloat16
+
+
+def test_llama3_rope_scaling_is_kept_whole(tmp_path, tiny_base, eagle1_draft):
+    import shutil
+
+    base = tmp_path / "b"
+    shutil.copytree(tiny_base, base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192}
+    (base / "config.json").write_text(json.dumps(cfg))
+    out = json.loads((convert(base, eagle1_draft, tmp_path / "c", ConvertOptions()) / "config.json").read_text())
+    assert out["rotary_scaling"] == cfg["rope_scaling"] | {"type": "llama3"}
+    assert out["eagle_net_config"]["rotary_scaling"] == out["rotary_scaling"]
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"tp_size": 3}, "tp size 3 does not divide"),
+    ({"dtype": "int8"}, "dtype 'int8'"),
+    ({"max_draft_len": 300}, "max_draft_len 300 > 256"),
+])
+def test_bad_options(tmp_path, tiny_base, eagle1_draft, kwargs, words):
+    with pytest.raises(EagleTrtError, match=words):
+        convert(tiny_base, eagle1_draft, tmp_path / "c", ConvertOptions(**kwargs))
+    assert not (tmp_path / "c").exists()
+
+
+def test_refusals(tmp_path, tiny_base, eagle1_draft, eagle3_draft):
+    with pytest.raises(EagleTrtError, match="EAGLE-3 drafts are not supported by the TensorRT-LLM engine"):
+        convert(tiny_base, eagle3_draft, tmp_path / "c", ConvertOptions())
+    qwen = builders.make_base(tmp_path / "q")
+    cfg = json.loads((qwen / "config.json").read_text())
+    (qwen / "config.json").write_text(json.dumps(cfg | {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
+    with pytest.raises(EagleTrtError, match="is not Llama"):
+        convert(qwen, None, tmp_path / "c", ConvertOptions())
+    (tmp_path / "exists").mkdir()
+    with pytest.raises(EagleTrtError, match="already exists"):
+        convert(tiny_base, eagle1_draft, tmp_path / "exists", ConvertOptions())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_interrupted_conversion_leaves_no_checkpoint(tmp_path, sig):
+    big = builders.make_base(tmp_path / "big", builders.TinyDims(hidden_size=512, num_hidden_layers=24,
+                                                                  num_attention_heads=8, num_key_value_heads=4,
+                                                                  intermediate_size=1536))
+    draft = builders.make_eagle1_draft(tmp_path / "bd", big)
+    out = tmp_path / "ckpt"
+    code = ("from eagle_trt.build.checkpoint import convert, ConvertOptions; import sys; "
+            f"convert({str(big)!r}, {str(draft)!r}, {str(out)!r}, ConvertOptions(tp_size=2, dtype='float32', "
+            "num_eagle_layers=8), progress=lambda d, t, n: __import__('time').sleep(0.01))")
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 60
+    while not list(tmp_path.glob(".ckpt.tmp-*/rank0.safetensors")) and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the conversion finished before it could be interrupted"
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=30)
+    assert not out.exists(), "a half-written checkpoint was left behind"
+    if sig == signal.SIGTERM:
+        assert not list(tmp_path.glob(".ckpt.tmp-*")), "the temporary directory was not removed"
+    # a later run cleans up and succeeds
+    convert(big, draft, out, ConvertOptions(tp_size=1, dtype="float16", num_eagle_layers=1))
+    assert (out / "rank0.safetensors").exists() and not list(tmp_path.glob(".ckpt.tmp-*"))
