@@ -171,7 +171,7 @@ class BuildSpec:
         if path.is_dir():
             path = path / SPEC_FILE
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise EagleTrtError(f"no build spec at {path}",
                                 "pass a bundle directory written by `eagle-trt build`") from None

@@ -69,10 +69,10 @@ def _write_hf_dir(gguf_file: Path, out: Path) -> None:
     tensors = {name: reader.get(name).contiguous() for name in reader.names()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_tokenizer(gguf_file, out)
-    tok_cfg = json.loads((out / "tokenizer_config.json").read_text())
+    tok_cfg = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
     template_file = out / "chat_template.jinja"
     if not tok_cfg.get("chat_template") and template_file.exists():
-        tok_cfg["chat_template"] = template_file.read_text()  # also where transformers 4.x and other tools look
+        tok_cfg["chat_template"] = template_file.read_text(encoding="utf-8")  # also where transformers 4.x and other tools look
     tok_cfg.update({"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": config["max_position_embeddings"]})
     for key in ("is_local", "local_files_only", "backend"):
         tok_cfg.pop(key, None)

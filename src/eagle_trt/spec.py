@@ -42,7 +42,7 @@ def read_config(path: Path, what: str) -> dict:
         raise EagleTrtError(f"no config.json in the {what} directory {path}",
                             "a Hugging Face checkpoint directory needs its config.json beside the weights")
     try:
-        cfg = json.loads(cfg_file.read_text())
+        cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
     except PermissionError:
         raise EagleTrtError(f"cannot read {cfg_file}: permission denied", "fix the file permissions") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -74,14 +74,14 @@ def _tokenizer_info(path: Path) -> tuple[bool, bool, list[int]]:
     tcfg = {}
     if (path / "tokenizer_config.json").exists():
         try:
-            tcfg = json.loads((path / "tokenizer_config.json").read_text())
+            tcfg = json.loads((path / "tokenizer_config.json").read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             tcfg = {}
     has_template = bool(tcfg.get("chat_template")) or (path / "chat_template.jinja").exists()
     eot = []
     if (path / "tokenizer.json").exists():
         try:
-            added = json.loads((path / "tokenizer.json").read_text()).get("added_tokens", [])
+            added = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
         except (OSError, json.JSONDecodeError):
             added = []
         by_content = {t.get("content"): t.get("id") for t in added if isinstance(t, dict)}
@@ -139,7 +139,7 @@ class ModelSpec:
         gen_file = path / "generation_config.json"
         if gen_file.exists():
             try:
-                eos += _ids(json.loads(gen_file.read_text()).get("eos_token_id"))
+                eos += _ids(json.loads(gen_file.read_text(encoding="utf-8")).get("eos_token_id"))
             except (OSError, json.JSONDecodeError, ValueError, TypeError):
                 pass  # generation_config is optional; config.json's eos stays authoritative
         has_tok, has_template, eot = _tokenizer_info(path)

@@ -101,7 +101,7 @@ class Tree:
     def from_file(cls, path: str | Path) -> Tree:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise EagleTrtError(f"tree file {path} does not exist", "pass a JSON file holding a list of paths") from None
         except (OSError, json.JSONDecodeError) as exc:

@@ -177,7 +177,7 @@ def find_weight_files(path: str | Path) -> tuple[str, list[Path], dict[str, str]
         index = path / index_name
         if index.exists():
             try:
-                weight_map = json.loads(index.read_text())["weight_map"]
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
                 assert isinstance(weight_map, dict)
             except (json.JSONDecodeError, KeyError, AssertionError, TypeError):
                 raise EagleTrtError(f"{index} is not a valid weight index (needs a 'weight_map' object)",

@@ -41,7 +41,7 @@ def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
     if not path.exists():
         raise EagleTrtError(f"prompt file {path} does not exist", "pass a JSONL file of prompts")
     prompts = []
-    for n, line in enumerate(path.read_text().split("\n"), start=1):
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
         if not line.strip():
             continue
         try:

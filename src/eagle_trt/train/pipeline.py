@@ -110,7 +110,7 @@ def run(req: TrainRequest, progress=None) -> dict:
     save_draft(req.out_dir, eagle1_state_dict(draft), eagle1_config(base_spec, draft, record), force=True)
     record["heldout_tau"] = measure_tau(req.base_dir, req.out_dir, prompts[:n_held][: req.eval_prompts],
                                         req.eval_tokens, req.eval_tree)
-    cfg = json.loads((req.out_dir / "config.json").read_text())
+    cfg = json.loads((req.out_dir / "config.json").read_text(encoding="utf-8"))
     cfg["eagle_trt_training"] = record
     (req.out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return record
