@@ -145,3 +145,28 @@ def test_full_sizes_on_gpu(hq, hkv, d, n, prefix):
     masks = [random_tree(rng, n) for _ in range(8)]
     for dtype in (torch.float16, torch.bfloat16):
         check(*make_batch(masks, [prefix] * 8, hq, hkv, d, dtype), dtype)
+
+
+def test_benchmark_script_smoke(tmp_path):
+    import json as _json
+
+    from eagle_trt.plugins import bench
+
+    if DEVICE == "cuda":
+        pytest.skip("the full benchmark runs by hand on GPUs")
+    assert bench.main(["--interpret-smoke", "--json-out", str(tmp_path / "b.json")]) == 0
+    rows = _json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert len(rows) == 2 and all(r["ours_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
+
+
+def test_trt_plugin_is_described_and_needs_tensorrt():
+    from eagle_trt.errors import EagleTrtError
+    from eagle_trt.plugins import trt_plugin
+
+    info = trt_plugin.describe_plugin()
+    assert info["name"] == "eagle_trt::tree_attention" and "packed_mask" in info["inputs"]
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        with pytest.raises(EagleTrtError, match="Python plugin API"):
+            trt_plugin.register()
