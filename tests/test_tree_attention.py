@@ -170,3 +170,21 @@ def test_trt_plugin_is_described_and_needs_tensorrt():
     except ImportError:
         with pytest.raises(EagleTrtError, match="Python plugin API"):
             trt_plugin.register()
+
+
+def test_runtime_packs_masks_like_the_tree_module():
+    from eagle_trt.runtime.model import pack_mask_torch
+
+    for tree in (Tree.named("mc_sim_7b_63"), SIX_NODE, Tree.chain(40)):
+        mask = torch.from_numpy(tree.attention_mask())
+        assert torch.equal(pack_mask_torch(mask), torch.from_numpy(tree.packed_mask()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
+def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base, eagle1_draft):
+    from eagle_trt.runtime import EagleEngine
+
+    plain = EagleEngine.load(tiny_base, None, device="cuda").generate_all(list(range(5, 30)), 40).token_ids
+    eagle = EagleEngine.load(tiny_base, eagle1_draft, tree="static:mc_sim_7b_63", device="cuda")
+    assert eagle.generate_all(list(range(5, 30)), 40).token_ids == plain

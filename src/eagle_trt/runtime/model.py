@@ -99,9 +99,39 @@ class KVCache:
         self.v[:, :, dst_start:dst_start + n] = self.v[:, :, src_slots]
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool (True = visible) or None for 'all visible'.
-    The one place attention is computed, so a GPU kernel can take over (plugins.tree_attention)."""
+@dataclass(frozen=True)
+class PackedTreeMask:
+    """A verify block on CUDA: the prefix (`start` keys) is visible to all, the block itself is masked by the
+    TRT-LLM packed bitmask [T, ceil(T/32)] int32, so the tree-attention kernel can run it."""
+
+    start: int
+    packed: torch.Tensor
+    dense: torch.Tensor  # [T, start+T] bool, for the fallback
+
+
+def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
+    """[T, T] bool -> [T, ceil(T/32)] int32 (bit j of word j//32, LSB first), on mask's device."""
+    t = mask.shape[1]
+    words = (t + 31) // 32
+    padded = torch.zeros(mask.shape[0], words * 32, dtype=torch.int64, device=mask.device)
+    padded[:, :t] = mask.to(torch.int64)
+    weights = torch.bitwise_left_shift(torch.ones(32, dtype=torch.int64, device=mask.device),
+                                       torch.arange(32, device=mask.device))
+    packed = (padded.view(mask.shape[0], words, 32) * weights).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+    """q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool (True = visible), a PackedTreeMask (CUDA tree
+    verification: runs plugins.tree_attention) or None for 'all visible'. The one place attention is computed."""
+    if isinstance(mask, PackedTreeMask):
+        from eagle_trt.plugins.tree_attention import tree_attention
+
+        t = q.shape[1]
+        out = tree_attention(q.transpose(0, 1).contiguous(), k.unsqueeze(0), v.unsqueeze(0), mask.packed,
+                             torch.tensor([0, t], dtype=torch.int32, device=q.device),
+                             torch.tensor([mask.start], dtype=torch.int32, device=q.device), max_tree_len=t)
+        return out.transpose(0, 1)
     return F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                           enable_gqa=q.shape[0] != k.shape[0]).squeeze(0)
 
@@ -175,6 +205,14 @@ def block_mask(start: int, tree_mask: torch.Tensor | None, t: int, device) -> to
     return torch.cat((torch.ones(t, start, dtype=torch.bool, device=device), inner), dim=1)
 
 
+def use_tree_kernel() -> bool:
+    """The Triton tree-attention kernel verifies trees on CUDA unless EAGLE_TRT_TREE_KERNEL=0."""
+    import importlib.util
+    import os
+
+    return os.environ.get("EAGLE_TRT_TREE_KERNEL", "1") != "0" and importlib.util.find_spec("triton") is not None
+
+
 class Llama(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
@@ -203,6 +241,8 @@ class Llama(nn.Module):
         x = self.embed_tokens(input_ids)  # [T, H]
         cos, sin = self.rope(positions)
         mask = block_mask(start, tree_mask, t, x.device)
+        if tree_mask is not None and x.is_cuda and use_tree_kernel():
+            mask = PackedTreeMask(start, pack_mask_torch(tree_mask), mask)
         saved = {}
         for i, layer in enumerate(self.layers):
             if i in capture:
