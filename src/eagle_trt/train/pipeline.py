@@ -76,6 +76,9 @@ def run(req: TrainRequest, progress=None) -> dict:
     paths = generate_data(req.base_dir, prompts, work / "data", req.data, progress=progress and progress("data", len(prompts)))
     t_data = time.time() - t0
     records = load_records(paths)
+    if len(records) < 2:
+        raise EagleTrtError(f"only {len(records)} usable training prompt(s) in {req.prompts_file}",
+                            "pass at least 2 prompts (one is held out to measure acceptance)")
     n_held = max(1, int(len(records) * req.heldout_fraction))
     held, train = records[:n_held], records[n_held:]
     base = load_base(base_spec, torch.float32, "cpu")
