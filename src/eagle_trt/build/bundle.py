@@ -1,0 +1,137 @@
+"""Build a bundle: validate -> BuildSpec -> engines -> Triton model repository -> perf harness -> spec file.
+
+```
+OUT/
+  eagle_trt_spec.json   the BuildSpec every later step reads
+  checkpoint/ engines/  (trtllm) TRT-LLM EAGLE checkpoint and engines, by eagle_trt.build.trtllm
+  model_repository/     eagle_model, base_model, preprocessing, postprocessing, eagle_engine, base_engine
+  perf/                 datasets and scripts, by eagle_trt.perf.harness_files (when installed)
+```
+The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
+half-written; an existing OUT is replaced only with `force`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eagle_trt.build_spec import SPEC_FILE, BuildSpec
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.model_repository import ServingOptions, write_model_repository
+
+log = logging.getLogger(__name__)
+
+ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What `eagle-trt build` will do (printed by --dry-run)."""
+
+    spec: BuildSpec
+    out: Path
+    steps: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"out": str(self.out), "engine": self.spec.engine, "steps": self.steps, "spec": self.spec.to_dict()}
+
+
+def choose_engine(engine: str, draft_dir: Path | None, device: str) -> str:
+    """`auto`: TensorRT-LLM when it is importable on a GPU (engine path for EAGLE-1, LLM-API for EAGLE-3), else
+    the pytorch runtime."""
+    if engine != "auto":
+        return engine
+    if device == "cuda" and importlib.util.find_spec("tensorrt_llm") is not None:
+        from eagle_trt.spec import DraftSpec
+
+        draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        return "llmapi" if draft is not None and draft.format == "eagle3" else "trtllm"
+    return "pytorch"
+
+
+def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Path, *, engine: str = "auto",
+               skip_convert: bool = False, skip_engines: bool = False, **spec_options) -> BuildPlan:
+    """Validate everything and describe the steps; touches nothing on disk."""
+    base_dir = Path(base_dir).resolve()
+    draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
+    device = spec_options.get("device", "cpu")
+    spec = BuildSpec.create(base_dir, draft_dir, engine=choose_engine(engine, draft_dir, device), **spec_options)
+    steps = []
+    if spec.engine == "trtllm":
+        steps.append("convert checkpoint (skipped)" if skip_convert else "convert checkpoint -> checkpoint/")
+        steps.append("trtllm-build (skipped)" if skip_engines else "trtllm-build -> engines/eagle, engines/base")
+    elif spec.engine == "llmapi":
+        steps.append("LLM-API config -> model_repository/{eagle,base}_engine/1/model.yaml")
+    steps.append("model repository -> model_repository/")
+    steps.append("perf harness -> perf/")
+    steps.append(f"build spec -> {SPEC_FILE}")
+    return BuildPlan(spec=spec, out=Path(out).resolve(), steps=steps)
+
+
+def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, force: bool = False,
+                 skip_convert: bool = False, skip_engines: bool = False) -> Path:
+    """Carry out a plan atomically; returns OUT."""
+    out, spec = plan.out, plan.spec
+    if out.exists() and not force:
+        raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
+    serving = serving or ServingOptions()
+    serving.validate()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
+    try:
+        if spec.engine == "trtllm":
+            _call("eagle_trt.build.trtllm", "build_trtllm_engines", spec, tmp,
+                  skip_convert=skip_convert, skip_engines=skip_engines)
+        repo = tmp / "model_repository"
+        write_model_repository(spec, repo, bundle_dir=out, options=serving)
+        if spec.engine == "llmapi":
+            for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
+                _call("eagle_trt.build.llmapi", "write_llmapi_config", spec,
+                      repo / engine_name / "1" / "model.yaml", speculative=speculative)
+        _write_perf_files(spec, tmp)
+        spec.save(tmp / SPEC_FILE)
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _call(module: str, function: str, *args, **kwargs):
+    try:
+        target = getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:
+        raise EagleTrtError(f"{module}.{function} is not available: {exc}",
+                            "this eagle-trt install lacks that build step; use --engine pytorch") from None
+    return target(*args, **kwargs)
+
+
+def _write_perf_files(spec: BuildSpec, out_dir: Path) -> None:
+    try:
+        from eagle_trt.perf.harness_files import write_perf_files
+    except ImportError:
+        log.warning("perf harness files not written: eagle_trt.perf.harness_files is not available")
+        return
+    write_perf_files(spec, out_dir)
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Rename tmp to out; an existing out is moved aside first and removed only after the rename succeeded."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
+        out.rename(old)
+    try:
+        tmp.rename(out)
+    except OSError:
+        if old is not None:
+            old.rename(out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

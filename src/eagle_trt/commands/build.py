@@ -1,0 +1,89 @@
+"""`eagle-trt build`: base + draft -> a bundle (engines, Triton model repository, perf harness, spec)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagle_trt.build.bundle (kept light)
+
+
+@click.command("build")
+@click.option("--base", "base_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Hugging Face Llama-family base model directory.")
+@click.option("--draft", "draft_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="EAGLE draft directory (EAGLE-1/2 or EAGLE-3). Without it eagle_model decodes plainly.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Bundle directory.")
+@click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,
+              help="What computes eagle_model: auto = TensorRT-LLM on a GPU when installed, else pytorch.")
+@click.option("--tree", default=None,
+              help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
+                   "(pytorch engine only).")
+@click.option("--dtype", default="auto", show_default=True, help="float16, bfloat16, float32 or auto.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where the pytorch engine runs.")
+@click.option("--max-batch-size", type=int, default=8, show_default=True)
+@click.option("--max-input-len", type=int, default=None, help="Longest prompt in tokens (default from the base).")
+@click.option("--max-seq-len", type=int, default=None, help="Prompt + generated tokens (default from the base).")
+@click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel size (trtllm).")
+@click.option("--chat-template/--no-chat-template", default=True, show_default=True,
+              help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
+@click.option("--engine-instances", type=int, default=1, show_default=True, help="Engine model instances.")
+@click.option("--preprocessing-instances", type=int, default=1, show_default=True)
+@click.option("--postprocessing-instances", type=int, default=1, show_default=True)
+@click.option("--max-queue-delay-us", type=int, default=0, show_default=True, help="tensorrtllm dynamic batching.")
+@click.option("--kv-cache-fraction", type=float, default=0.9, show_default=True,
+              help="Share of free GPU memory for the KV cache (trtllm).")
+@click.option("--enable-kv-cache-reuse", is_flag=True, help="Reuse KV cache across requests (trtllm).")
+@click.option("--dry-run", is_flag=True, help="Validate and print the plan; write nothing.")
+@click.option("--skip-convert", is_flag=True, help="trtllm: reuse OUT's existing checkpoint.")
+@click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
+@click.option("--force", is_flag=True, help="Replace an existing OUT.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
+def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_size, max_input_len, max_seq_len,
+              tp_size, chat_template, engine_instances, preprocessing_instances, postprocessing_instances,
+              max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run, skip_convert, skip_engines,
+              force, as_json):
+    """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
+
+    \b
+    Examples:
+      eagle-trt build --base ./SmolLM2-135M-Instruct --draft ./eagle-smollm2 -o out --engine pytorch
+      eagle-trt build --base ./Llama-3-8B-Instruct --draft ./EAGLE-LLaMA3-Instruct-8B -o out --engine trtllm \\
+          --tree mc_sim_7b_63 --dtype float16
+    """
+    from eagle_trt.build.bundle import build_bundle, plan_build
+    from eagle_trt.model_repository import ServingOptions
+
+    spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
+                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template}
+    if tree is not None:
+        if tree.startswith("dynamic:"):
+            spec_options["runtime_tree"] = tree
+        else:
+            spec_options["tree"] = tree
+            spec_options["runtime_tree"] = tree if tree.startswith(("chain:", "static:")) else f"static:{tree}"
+    plan = plan_build(base_dir, draft_dir, out, engine=engine, skip_convert=skip_convert,
+                      skip_engines=skip_engines, **spec_options)
+    if dry_run:
+        if as_json:
+            click.echo(json.dumps(plan.to_dict(), indent=2, default=str))
+        else:
+            click.echo(f"would build {plan.out} with engine {plan.spec.engine}:")
+            for step in plan.steps:
+                click.echo(f"  - {step}")
+        return
+    serving = ServingOptions(engine_instances=engine_instances, preprocessing_instances=preprocessing_instances,
+                             postprocessing_instances=postprocessing_instances,
+                             max_queue_delay_us=max_queue_delay_us, kv_cache_free_gpu_mem_fraction=kv_cache_fraction,
+                             enable_kv_cache_reuse=enable_kv_cache_reuse)
+    click.echo(f"building {plan.out} (engine {plan.spec.engine})", err=True)
+    result = build_bundle(plan, serving=serving, force=force, skip_convert=skip_convert, skip_engines=skip_engines)
+    models = sorted(p.name for p in (result / "model_repository").iterdir() if p.is_dir())
+    if as_json:
+        click.echo(json.dumps({"out": str(result), "engine": plan.spec.engine, "models": models}))
+    else:
+        click.echo(f"built {result}: models {', '.join(models)}")
+        click.echo(f"serve it with: eagle-trt serve {result}")

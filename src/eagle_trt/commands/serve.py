@@ -1,0 +1,69 @@
+"""`eagle-trt serve OUT`: run tritonserver on a bundle's model repository until Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import click
+
+
+@click.command("serve")
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--load", "models", multiple=True, metavar="MODEL",
+              help="Model to load (repeatable; default eagle_model and base_model). Ensembles bring what they use.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--http-port", type=int, default=8000, show_default=True)
+@click.option("--grpc-port", type=int, default=8001, show_default=True)
+@click.option("--metrics-port", type=int, default=8002, show_default=True)
+@click.option("--log-file", type=click.Path(path_type=Path), help="Server log (default OUT/tritonserver.log).")
+@click.option("--timeout", type=float, default=900, show_default=True, help="Seconds to wait for readiness.")
+@click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line once ready.")
+def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file, timeout, as_json):
+    """Serve a bundle with tritonserver (explicit model control) until Ctrl-C.
+
+    \b
+    Examples:
+      eagle-trt serve out
+      eagle-trt serve out --load eagle_model --http-port 9000 --grpc-port 9001 --metrics-port 9002
+    """
+    from eagle_trt.serving import DEFAULT_MODELS, TritonServer
+
+    repo = bundle / "model_repository"
+    server = TritonServer(repo, models=models or DEFAULT_MODELS, host=host, http_port=http_port,
+                          grpc_port=grpc_port, metrics_port=metrics_port,
+                          log_file=log_file or bundle / "tritonserver.log")
+    started = time.monotonic()
+    click.echo(f"starting tritonserver on {repo} (log {server.log_file})", err=True)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server as cleanly as Ctrl-C
+    try:
+        server.start(timeout=timeout)
+        ready_s = time.monotonic() - started
+        endpoints = {"http": server.http_url, "grpc": server.grpc_url, "metrics": server.metrics_url,
+                     "models": list(server.models), "ready_s": round(ready_s, 1)}
+        if as_json:
+            click.echo(json.dumps(endpoints), nl=True)
+        else:
+            click.echo(f"ready in {ready_s:.1f} s: models {', '.join(server.models)}")
+            click.echo(f"  HTTP     {server.http_url}   (POST /v2/models/eagle_model/generate[_stream])")
+            click.echo(f"  gRPC     {server.grpc_url}")
+            click.echo(f"  metrics  {server.metrics_url}")
+            click.echo(f"  try: eagle-trt generate --url {server.http_url} --model {server.models[0]} --stream 'Hello'")
+            click.echo("Ctrl-C to stop", err=True)
+        while server.process.poll() is None:
+            time.sleep(0.5)
+        click.echo(f"tritonserver exited with code {server.process.returncode}; log: {server.log_file}", err=True)
+        raise SystemExit(1)
+    except KeyboardInterrupt:
+        click.echo("stopping tritonserver ...", err=True)
+    finally:
+        code = server.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if code is not None:
+            click.echo(f"tritonserver stopped (exit code {code})", err=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt

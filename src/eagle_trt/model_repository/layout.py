@@ -1,0 +1,259 @@
+"""Write OUT/model_repository for one engine kind from a saved BuildSpec.
+
+```
+model_repository/
+  eagle_model/   ensemble: text_input, max_tokens, stream, ... -> text_output + acceptance outputs
+  base_model/    the same ensemble around the plain engine (for the comparison)
+  preprocessing/ python: chat template (optional), tokenize, end/pad/stop ids, request validation
+  postprocessing/ python: incremental detokenization
+  eagle_engine/  pytorch: python model running eagle_trt.runtime | trtllm: tensorrtllm backend | llmapi: LLM-API
+  base_engine/   the same without speculation
+```
+For `vllm` the repository is the vLLM backend's (Triton's speculative-decoding tutorial): eagle_model/ and
+base_model/ each with `1/model.json`. Every value shared between models (max_batch_size, lengths, paths, the
+tree) comes from the spec; serving knobs come from `ServingOptions`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from importlib import resources
+from pathlib import Path
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.model_repository import configs as C
+from eagle_trt.model_repository.configs import ServingOptions
+
+log = logging.getLogger(__name__)
+
+ENSEMBLES = {"eagle_model": "eagle_engine", "base_model": "base_engine"}
+LLMAPI_MODEL_PY = Path("/app/all_models/llmapi/tensorrt_llm/1/model.py")  # in the TRT-LLM Triton container
+
+
+def write_model_repository(spec, repo_dir: str | Path, *, bundle_dir: str | Path,
+                           options: ServingOptions | None = None) -> list[str]:
+    """Write every model of the repository; returns the model names. `bundle_dir` is the bundle's final path
+    (engine directories and the spec are referenced by absolute path from there)."""
+    options = options or ServingOptions()
+    options.validate()
+    repo_dir, bundle_dir = Path(repo_dir), Path(bundle_dir).resolve()
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    configs, files = model_configs(spec, bundle_dir, options)
+    for name, fields in configs.items():
+        model_dir = repo_dir / name
+        (model_dir / "1").mkdir(parents=True, exist_ok=True)
+        (model_dir / "config.pbtxt").write_text(C.render(C.build(fields)))
+    for rel_path, content in files.items():
+        path = repo_dir / rel_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, path)
+        else:
+            path.write_text(content)
+    return sorted(configs)
+
+
+def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict[str, dict], dict[str, object]]:
+    """(model name -> config fields, relative path -> file text or source Path) for the spec's engine kind."""
+    if spec.engine == "vllm":
+        return _vllm(spec)
+    configs: dict[str, dict] = {
+        "preprocessing": preprocessing_config(spec, options),
+        "postprocessing": postprocessing_config(spec, options),
+    }
+    files: dict[str, object] = {
+        "preprocessing/1/model.py": python_model_source("preprocessing.py"),
+        "postprocessing/1/model.py": python_model_source("postprocessing.py"),
+    }
+    for ensemble_name, engine_name in ENSEMBLES.items():
+        speculative = ensemble_name == "eagle_model" and spec.draft is not None
+        if spec.engine == "pytorch":
+            configs[engine_name] = python_engine_config(spec, options, engine_name, speculative)
+            files[f"{engine_name}/1/model.py"] = python_model_source("engine.py")
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
+        elif spec.engine == "trtllm":
+            engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
+            configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative)
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False)
+        elif spec.engine == "llmapi":
+            configs[engine_name] = llmapi_engine_config(engine_name, options)
+            configs[ensemble_name] = llmapi_ensemble_config(ensemble_name, engine_name)
+            if LLMAPI_MODEL_PY.is_file():
+                files[f"{engine_name}/1/model.py"] = LLMAPI_MODEL_PY
+            else:
+                files[f"{engine_name}/1/README.md"] = _LLMAPI_README
+        else:
+            raise EagleTrtError(f"unknown engine kind {spec.engine!r}", "use pytorch, trtllm, llmapi or vllm")
+    if spec.engine == "llmapi":  # the LLM-API path has its own tokenizer inside the model
+        del configs["preprocessing"], configs["postprocessing"]
+        del files["preprocessing/1/model.py"], files["postprocessing/1/model.py"]
+    return configs, files
+
+
+def python_model_source(filename: str) -> Path:
+    return Path(str(resources.files("eagle_trt.model_repository.python_models") / filename))
+
+
+# ---- text models ------------------------------------------------------------------------------------------------
+def preprocessing_config(spec, options: ServingOptions) -> dict:
+    return C.python_model(
+        "preprocessing", spec.max_batch_size, C.inputs(C.PREPROCESSING_INPUTS), C.outputs(C.PREPROCESSING_OUTPUTS),
+        {
+            "tokenizer_dir": spec.base.path,
+            "chat_template": spec.chat_template,
+            "end_ids": ",".join(str(i) for i in spec.base.eos_token_ids),
+            "max_input_len": spec.max_input_len,
+            "max_seq_len": spec.max_seq_len,
+            "add_special_tokens": True,
+        },
+        instances=options.preprocessing_instances,
+    )
+
+
+def postprocessing_config(spec, options: ServingOptions) -> dict:
+    return C.python_model(
+        "postprocessing", spec.max_batch_size, C.inputs(C.POSTPROCESSING_INPUTS), C.outputs(C.POSTPROCESSING_OUTPUTS),
+        {"tokenizer_dir": spec.base.path, "skip_special_tokens": True},
+        instances=options.postprocessing_instances,
+    )
+
+
+def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool) -> dict:
+    """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing."""
+    pre_out = {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
+               "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
+               "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}
+    engine_in = {"input_ids": "_INPUT_ID", "input_lengths": "_REQUEST_INPUT_LEN",
+                 "request_output_len": "_REQUEST_OUTPUT_LEN", "end_id": "_PREPROCESSOR_END_ID",
+                 "pad_id": "_PREPROCESSOR_PAD_ID", "stop_words_list": "_STOP_WORDS_IDS", "streaming": "stream",
+                 "temperature": "temperature", "runtime_top_k": "top_k", "runtime_top_p": "top_p", "seed": "seed",
+                 "return_perf_metrics": "return_perf_metrics", "exclude_input_in_output": "exclude_input_in_output"}
+    engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
+    engine_out.update({out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS})
+    post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
+    if stream_key:
+        pre_out["STREAM_KEY"] = "_STREAM_KEY"
+        engine_in["stream_key"] = "_STREAM_KEY"
+        engine_out.update({"stream_key": "_ENGINE_STREAM_KEY", "finished": "_FINISHED"})
+        post_in.update({"STREAM_KEY": "_ENGINE_STREAM_KEY", "FINISHED": "_FINISHED"})
+    steps = [
+        C.step("preprocessing", {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
+                                 "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id",
+                                 "CHAT_TEMPLATE": "chat_template", "TEMPERATURE": "temperature",
+                                 "TOP_K": "top_k", "TOP_P": "top_p"}, pre_out),
+        C.step(engine_name, engine_in, engine_out),
+        C.step("postprocessing", post_in, {"OUTPUT": "text_output"}),
+    ]
+    return C.ensemble(name, spec.max_batch_size, C.inputs(C.ENSEMBLE_INPUTS), C.outputs(C.ENSEMBLE_OUTPUTS), steps)
+
+
+# ---- engine models ----------------------------------------------------------------------------------------------
+def python_engine_config(spec, options: ServingOptions, name: str, speculative: bool) -> dict:
+    """Our runtime in a decoupled python model; eagle_engine and base_engine share model.py."""
+    engine_inputs = C.inputs(C.ENGINE_INPUTS + (C.STREAM_KEY_INPUT,))
+    engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS)
+    return C.python_model(
+        name, spec.max_batch_size, engine_inputs, engine_outputs,
+        {
+            "base_dir": spec.base.path,
+            "draft_dir": spec.draft.path if speculative else "",
+            "tree": spec.runtime_tree,
+            "device": spec.device,
+            "dtype": spec.dtype,
+            "max_seq_len": spec.max_seq_len,
+        },
+        instances=options.engine_instances, decoupled=True,
+    )
+
+
+def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool) -> dict:
+    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1)."""
+    parameters = {
+        "max_beam_width": 1,
+        "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
+        "gpt_model_type": "inflight_fused_batching",
+        "gpt_model_path": engine_dir,
+        "batch_scheduler_policy": "guaranteed_no_evict",
+        "kv_cache_free_gpu_mem_fraction": options.kv_cache_free_gpu_mem_fraction,
+        "enable_kv_cache_reuse": options.enable_kv_cache_reuse,
+        "enable_chunked_context": False,
+        "exclude_input_in_output": options.exclude_input_in_output,
+        "normalize_log_probs": True,
+        "multi_block_mode": False,
+        "cuda_graph_mode": False,
+    }
+    if speculative:
+        parameters["decoding_mode"] = "eagle"
+        parameters["eagle_choices"] = spec.tree.to_brace()
+    engine_inputs = [
+        C.tensor(n, t, d, o, **({"allow_ragged_batch": True} if n == "input_ids" else
+                                {"reshape": {"shape": []}} if d == [1] else {}))
+        for n, t, d, o in C.ENGINE_INPUTS
+    ]
+    fields = {
+        "name": name, "backend": "tensorrtllm", "max_batch_size": spec.max_batch_size,
+        "model_transaction_policy": {"decoupled": options.decoupled},
+        "dynamic_batching": {
+            "preferred_batch_size": [spec.max_batch_size],
+            "max_queue_delay_microseconds": options.max_queue_delay_us,
+            "default_queue_policy": {"max_queue_size": options.max_queue_size},
+        },
+        "input": engine_inputs, "output": C.outputs(C.ENGINE_OUTPUTS),
+        "instance_group": C.instance_group("KIND_CPU", 1),  # one rank per GPU via MPI, not instances
+        "parameters": C.params(parameters),
+    }
+    return fields
+
+
+def llmapi_engine_config(name: str, options: ServingOptions) -> dict:
+    """Triton's LLM-API python model (tensorrtllm_backend all_models/llmapi/tensorrt_llm); model.yaml beside it."""
+    ins = C.inputs((
+        ("text_input", "TYPE_STRING", [-1], False),
+        ("streaming", "TYPE_BOOL", [1], True),
+        ("sampling_param_temperature", "TYPE_FP32", [1], True),
+        ("sampling_param_top_k", "TYPE_INT32", [1], True),
+        ("sampling_param_top_p", "TYPE_FP32", [1], True),
+        ("sampling_param_max_tokens", "TYPE_INT32", [1], True),
+        ("sampling_param_stop", "TYPE_STRING", [-1], True),
+        ("sampling_param_seed", "TYPE_UINT64", [1], True),
+        ("sampling_param_exclude_input_from_output", "TYPE_BOOL", [1], True),
+        ("return_finish_reason", "TYPE_BOOL", [1], True),
+    ))
+    outs = C.outputs((("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1])))
+    return {"name": name, "backend": "python", "max_batch_size": 0, "input": ins, "output": outs,
+            "model_transaction_policy": {"decoupled": options.decoupled},
+            "instance_group": C.instance_group("KIND_CPU", 1)}
+
+
+def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
+    """The tensorrtllm request names mapped onto the LLM-API model's sampling_param_* inputs."""
+    mapping = {"text_input": "text_input", "streaming": "stream", "sampling_param_max_tokens": "max_tokens",
+               "sampling_param_temperature": "temperature", "sampling_param_top_k": "top_k",
+               "sampling_param_top_p": "top_p", "sampling_param_seed": "seed", "sampling_param_stop": "stop_words"}
+    used = set(mapping.values())
+    ins = [C.tensor(n, t, d, o) for n, t, d, o in C.ENSEMBLE_INPUTS if n in used]
+    steps = [C.step(engine_name, mapping, {"text_output": "text_output"})]
+    return C.ensemble(name, 0, ins, C.outputs(C.ENSEMBLE_OUTPUTS[:1]), steps)
+
+
+def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
+    """vLLM backend layout of Triton's speculative-decoding tutorial (Feature_Guide/Speculative_Decoding/vLLM)."""
+    configs, files = {}, {}
+    for name in ENSEMBLES:
+        configs[name] = {"name": name, "backend": "vllm", "instance_group": C.instance_group("KIND_MODEL", 1)}
+        model = {"model": str(spec.base.path), "dtype": spec.dtype, "max_model_len": spec.max_seq_len,
+                 "tensor_parallel_size": spec.tp_size}
+        if name == "eagle_model" and spec.draft is not None:
+            model.update({"speculative_model": str(spec.draft.path), "speculative_draft_tensor_parallel_size": 1,
+                          "num_speculative_tokens": spec.num_eagle_layers})
+        files[f"{name}/1/model.json"] = json.dumps(model, indent=2) + "\n"
+    return configs, files
+
+
+_LLMAPI_README = """This model runs Triton's LLM-API python model (TensorRT-LLM >= 1.0 container).
+Copy its model.py here before serving:
+    cp /app/all_models/llmapi/tensorrt_llm/1/model.py .
+(model.yaml beside this file was written by eagle-trt build from the bundle's spec.)
+"""

@@ -1,0 +1,108 @@
+"""Triton python model `postprocessing`: token ids -> text, incrementally when streaming.
+
+Inputs follow tensorrtllm_backend's postprocessing (TOKENS_BATCH [batch, beam, tokens], SEQUENCE_LENGTH
+[batch, beam] -> OUTPUT) plus two optional ones from our python engine: STREAM_KEY (the request's random id) and
+FINISHED (last response of the request). With a key, the model keeps the request's token ids and emits only the
+newly completed text: a chunk that would end inside a multi-byte character (the decoder yields U+FFFD) is held
+back until the next tokens complete it, so every streamed chunk is valid UTF-8 and the chunks join to the full
+text (the prefix-window method of vLLM's detokenize_incrementally). Without a key (the tensorrtllm engine) each
+response's tokens are decoded on their own. Copied as model_repository/postprocessing/1/model.py.
+"""
+
+import json
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MAX_OPEN_STREAMS = 4096  # state of streams whose final response never came (cancelled) is dropped oldest-first
+PREFIX_WINDOW = 6  # tokens of context decoded before the new ones (enough for merges and leading spaces)
+
+
+class StreamState:
+    __slots__ = ("ids", "prefix_offset", "read_offset")
+
+    def __init__(self):
+        self.ids: list = []
+        self.prefix_offset = 0
+        self.read_offset = 0
+
+
+class IncrementalDetokenizer:
+    """Per-stream incremental decoding (also usable without Triton; see tests)."""
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer = tokenizer
+        self.skip = skip_special_tokens
+        self.streams: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def decode(self, ids) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=self.skip)
+
+    def step(self, key, new_ids, finished: bool) -> str:
+        with self.lock:
+            state = self.streams.pop(key, None) or StreamState()
+            if not finished:
+                self.streams[key] = state
+                while len(self.streams) > MAX_OPEN_STREAMS:
+                    self.streams.popitem(last=False)
+        state.ids.extend(int(i) for i in new_ids)
+        prefix_text = self.decode(state.ids[state.prefix_offset:state.read_offset])
+        full_text = self.decode(state.ids[state.prefix_offset:])
+        if full_text.endswith("\ufffd") and not finished:
+            return ""  # an incomplete character: wait for the tokens that complete it
+        delta = full_text[len(prefix_text):]
+        state.read_offset = len(state.ids)
+        state.prefix_offset = max(0, state.read_offset - PREFIX_WINDOW)
+        return delta
+
+
+def local_dir(param: dict, key: str) -> str:
+    """A directory named by a config parameter; a clear load error when it is gone."""
+    import os
+
+    path = param.get(key, "")
+    if not os.path.isdir(path):
+        raise pb_utils.TritonModelException(
+            f"{key} {path!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle was built "
+            "from a model directory that has moved: rebuild it with `eagle-trt build`")
+    return path
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        from transformers import AutoTokenizer
+
+        config = json.loads(args["model_config"])
+        param = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
+                                                  local_files_only=True)
+        self.detok = IncrementalDetokenizer(tokenizer, param.get("skip_special_tokens", "true") == "true")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                text = self._text(request)
+                out = pb_utils.Tensor("OUTPUT", np.array([[text.encode("utf-8")]], dtype=object))  # [1, 1]
+                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            except Exception as exc:  # noqa: BLE001 - must answer every request
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"postprocessing failed: {type(exc).__name__}: {exc}")))
+        return responses
+
+    def _text(self, request) -> str:
+        tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [1, beam, tokens]
+        lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [1, beam]
+        while tokens.ndim > 1:  # first request of the batch, first beam
+            tokens = tokens[0]
+        length = int(lengths.reshape(-1)[0]) if lengths.size else tokens.shape[0]
+        new_ids = [int(t) for t in tokens[:length] if t >= 0]
+        key_tensor = pb_utils.get_input_tensor_by_name(request, "STREAM_KEY")
+        if key_tensor is None:
+            return self.detok.decode(new_ids)
+        finished_tensor = pb_utils.get_input_tensor_by_name(request, "FINISHED")
+        finished = bool(finished_tensor.as_numpy().reshape(-1)[0]) if finished_tensor is not None else True
+        return self.detok.step(int(key_tensor.as_numpy().reshape(-1)[0]), new_ids, finished)

@@ -1,0 +1,276 @@
+"""The Triton model repository without a server: schema round trip, golden configs per engine kind, ensemble
+wiring, and the python models' pure parts (stop-word packing, incremental detokenization).
+
+Regenerate the golden files with `EAGLE_TRT_UPDATE_GOLDEN=1 pytest tests/test_model_repository.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.model_repository import ServingOptions, configs as C, write_model_repository
+from eagle_trt.tree import Tree
+
+GOLDEN = Path(__file__).parent / "golden"
+ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
+
+
+def fixed_spec(engine: str):
+    """A spec with fixed paths, so the golden files do not depend on the machine."""
+    return SimpleNamespace(
+        engine=engine, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
+        base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
+        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", device="cpu",
+        dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
+    )
+
+
+def write_repo(engine: str, tmp_path: Path) -> Path:
+    repo = tmp_path / engine
+    write_model_repository(fixed_spec(engine), repo, bundle_dir=Path("/bundle"))
+    return repo
+
+
+def pbtxt_files(repo: Path) -> dict[str, str]:
+    return {p.relative_to(repo).as_posix(): p.read_text() for p in sorted(repo.rglob("*"))
+            if p.is_file() and p.suffix in (".pbtxt", ".json")}
+
+
+@pytest.mark.parametrize("engine", ENGINE_KINDS)
+def test_golden_configs(engine, tmp_path):
+    files = pbtxt_files(write_repo(engine, tmp_path))
+    golden_dir = GOLDEN / engine
+    if os.environ.get("EAGLE_TRT_UPDATE_GOLDEN") == "1":
+        for rel, text in files.items():
+            (golden_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (golden_dir / rel).write_text(text)
+    expected = {p.relative_to(golden_dir).as_posix(): p.read_text() for p in sorted(golden_dir.rglob("*"))
+                if p.is_file()}
+    assert sorted(files) == sorted(expected), "set of config files changed (EAGLE_TRT_UPDATE_GOLDEN=1 to accept)"
+    for rel, text in files.items():
+        assert text == expected[rel], f"{engine}/{rel} differs from the golden file"
+
+
+@pytest.mark.parametrize("engine", ENGINE_KINDS)
+def test_every_config_parses_back_and_has_no_placeholder(engine, tmp_path):
+    repo = write_repo(engine, tmp_path)
+    configs = list(repo.glob("*/config.pbtxt"))
+    assert {p.parent.name for p in configs} >= {"eagle_model", "base_model"}
+    for path in configs:
+        text = path.read_text()
+        assert "${" not in text and "$(" not in text, path
+        config = C.parse(text)
+        assert config.name == path.parent.name
+        assert "max_batch_size:" in text  # written even when 0 (proto3 would drop it)
+        assert C.render(config) == text  # stable round trip
+        assert (path.parent / "1").is_dir()
+
+
+def _ensemble_problems(repo: Path) -> list[str]:
+    """Every map key must be a tensor of the composing model; every input value an ensemble input or an earlier
+    step's output; every ensemble output produced by some step."""
+    problems = []
+    for path in repo.glob("*/config.pbtxt"):
+        ens = C.parse(path.read_text())
+        if ens.platform != "ensemble":
+            continue
+        available = {t.name for t in ens.input}
+        for step in ens.ensemble_scheduling.step:
+            model = C.parse((repo / step.model_name / "config.pbtxt").read_text())
+            model_inputs = {t.name: t for t in model.input}
+            model_outputs = {t.name for t in model.output}
+            for key, value in step.input_map.items():
+                if key not in model_inputs:
+                    problems.append(f"{ens.name}: {step.model_name} has no input {key}")
+                if value not in available:
+                    problems.append(f"{ens.name}: {step.model_name}.{key} <- {value} which nothing provides")
+            for required in (n for n, t in model_inputs.items() if not t.optional):
+                if required not in step.input_map:
+                    problems.append(f"{ens.name}: required {step.model_name}.{required} is not mapped")
+            for key, value in step.output_map.items():
+                if key not in model_outputs:
+                    problems.append(f"{ens.name}: {step.model_name} has no output {key}")
+                available.add(value)
+        for out in ens.output:
+            if out.name not in available:
+                problems.append(f"{ens.name}: output {out.name} is produced by no step")
+    return problems
+
+
+@pytest.mark.parametrize("engine", ("pytorch", "trtllm", "llmapi"))
+def test_ensemble_maps_reference_existing_tensors(engine, tmp_path):
+    assert _ensemble_problems(write_repo(engine, tmp_path)) == []
+
+
+def test_ensemble_check_catches_a_broken_map(tmp_path):
+    repo = write_repo("pytorch", tmp_path)
+    path = repo / "eagle_model" / "config.pbtxt"
+    path.write_text(path.read_text().replace('key: "input_lengths"', 'key: "input_length"'))
+    assert any("has no input input_length" in p for p in _ensemble_problems(repo))
+
+
+def test_trtllm_engine_parameters(tmp_path):
+    repo = write_repo("trtllm", tmp_path)
+    eagle = C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
+    base = C.parse((repo / "base_engine" / "config.pbtxt").read_text())
+    params = {k: v.string_value for k, v in eagle.parameters.items()}
+    assert eagle.backend == "tensorrtllm" and eagle.model_transaction_policy.decoupled
+    assert params["decoding_mode"] == "eagle"
+    assert params["eagle_choices"] == "{0}, {1}, {0, 0}, {0, 1}, {0, 0, 0}"
+    assert params["gpt_model_path"] == "/bundle/engines/eagle"
+    assert params["exclude_input_in_output"] == "true" and params["kv_cache_free_gpu_mem_fraction"] == "0.9"
+    base_params = {k: v.string_value for k, v in base.parameters.items()}
+    assert "decoding_mode" not in base_params and base_params["gpt_model_path"] == "/bundle/engines/base"
+    assert eagle.max_batch_size == base.max_batch_size == 8
+
+
+def test_shared_values_come_from_the_spec(tmp_path):
+    repo = write_repo("pytorch", tmp_path)
+    sizes = {p.parent.name: C.parse(p.read_text()).max_batch_size for p in repo.glob("*/config.pbtxt")}
+    assert set(sizes.values()) == {8}
+    pre = C.parse((repo / "preprocessing" / "config.pbtxt").read_text())
+    params = {k: v.string_value for k, v in pre.parameters.items()}
+    assert params == {"tokenizer_dir": "/models/base", "chat_template": "true", "end_ids": "2,7",
+                      "max_input_len": "1024", "max_seq_len": "2048", "add_special_tokens": "true"}
+    eagle = {k: v.string_value for k, v in C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
+             .parameters.items()}
+    base = {k: v.string_value for k, v in C.parse((repo / "base_engine" / "config.pbtxt").read_text())
+            .parameters.items()}
+    assert eagle["draft_dir"] == "/models/draft" and base["draft_dir"] == ""
+    assert (repo / "eagle_engine" / "1" / "model.py").read_text() == (repo / "base_engine" / "1" / "model.py").read_text()
+
+
+def test_vllm_model_json_uses_the_tutorial_keys(tmp_path):
+    repo = write_repo("vllm", tmp_path)
+    eagle = json.loads((repo / "eagle_model" / "1" / "model.json").read_text())
+    base = json.loads((repo / "base_model" / "1" / "model.json").read_text())
+    assert eagle["model"] == base["model"] == "/models/base"
+    assert eagle["speculative_model"] == "/models/draft" and eagle["num_speculative_tokens"] == 3
+    assert "speculative_model" not in base
+    assert C.parse((repo / "eagle_model" / "config.pbtxt").read_text()).backend == "vllm"
+
+
+def test_schema_rejects_unknown_fields():
+    with pytest.raises(EagleTrtError, match="schema"):
+        C.build({"name": "x", "backend": "python", "no_such_field": 1})
+
+
+def test_max_batch_size_zero_is_written():
+    text = C.render(C.build({"name": "x", "backend": "python", "max_batch_size": 0}))
+    assert "max_batch_size: 0" in text and C.parse(text).max_batch_size == 0
+
+
+def test_serving_options_are_validated():
+    with pytest.raises(EagleTrtError, match="engine-instances"):
+        ServingOptions(engine_instances=0).validate()
+    with pytest.raises(EagleTrtError, match="kv-cache-fraction"):
+        ServingOptions(kv_cache_free_gpu_mem_fraction=1.5).validate()
+
+
+# ---- the python models' pure parts (pb_utils exists only in the stub: stub the module to import them) ----------
+@pytest.fixture(scope="module")
+def python_models():
+    fake = types.ModuleType("triton_python_backend_utils")
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake
+    from eagle_trt.model_repository.python_models import engine, postprocessing, preprocessing
+    yield SimpleNamespace(engine=engine, pre=preprocessing, post=postprocessing)
+    if saved is None:
+        del sys.modules["triton_python_backend_utils"]
+
+
+def test_stop_words_round_trip(python_models):
+    sequences = [[2], [10, 11, 12], [7]]
+    packed = python_models.pre.pack_stop_words(sequences)
+    assert packed.shape == (2, 5) and packed.dtype.name == "int32"
+    assert packed[1].tolist() == [1, 4, 5, -1, -1]
+    assert python_models.engine.unpack_stop_words(packed) == sequences
+    assert python_models.engine.unpack_stop_words(python_models.pre.pack_stop_words([])) == []
+
+
+def test_find_stop(python_models):
+    find = python_models.engine.find_stop
+    assert find([1, 2, 3, 4], [[3, 4]], 0) == 2
+    assert find([1, 2, 3, 4], [[4, 5]], 0) is None
+    assert find([3, 4, 9, 3, 4], [[3, 4]], 3) == 3  # only stops that end in the new tokens
+
+
+def test_incremental_detokenizer_chunks_are_valid_utf8(python_models, tiny_base):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_base))
+    text = "Héllo wörld — 你好 🦅 EAGLE drafts the tree; the base verifies it."
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert len(ids) > len(text) // 4  # byte-level pieces: multi-byte characters span several tokens
+    detok = python_models.post.IncrementalDetokenizer(tokenizer)
+    for chunk_size in (1, 2, 3):
+        chunks = []
+        for start in range(0, len(ids), chunk_size):
+            last = start + chunk_size >= len(ids)
+            chunks.append(detok.step(42 + chunk_size, ids[start:start + chunk_size], finished=last))
+        for chunk in chunks:
+            assert "\ufffd" not in chunk
+            chunk.encode("utf-8")
+        assert "".join(chunks) == tokenizer.decode(ids)
+    assert not detok.streams  # finished streams leave no state
+
+
+# ---- `eagle-trt build` (pytorch engine: no GPU needed) -----------------------------------------------------------
+def _build(args):
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+
+    return CliRunner().invoke(main, ["build", *map(str, args)])
+
+
+def test_build_dry_run_writes_nothing(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "bundle"
+    result = _build(["--base", tiny_base, "--draft", eagle1_draft, "-o", out, "--engine", "pytorch", "--dry-run",
+                     "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)
+    assert plan["engine"] == "pytorch" and plan["spec"]["max_batch_size"] == 8
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_build_writes_a_bundle_and_refuses_to_overwrite(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "bundle"
+    args = ["--base", tiny_base, "--draft", eagle1_draft, "-o", out, "--engine", "pytorch", "--max-seq-len", "512",
+            "--tree", "chain:3", "--max-batch-size", "4"]
+    result = _build(args)
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "eagle_trt_spec.json").read_text())
+    assert saved["engine"] == "pytorch" and saved["runtime_tree"] == "chain:3" and saved["max_batch_size"] == 4
+    repo = out / "model_repository"
+    assert {p.name for p in repo.iterdir()} >= {"eagle_model", "base_model", "preprocessing", "postprocessing",
+                                                "eagle_engine", "base_engine"}
+    assert _ensemble_problems(repo) == []
+    engine = C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
+    assert engine.parameters["base_dir"].string_value == str(Path(tiny_base).resolve())
+    assert engine.parameters["max_seq_len"].string_value == "512" and engine.max_batch_size == 4
+
+    marker = out / "keep.txt"
+    marker.write_text("user data")
+    again = _build(args)
+    assert again.exit_code == 1 and "already exists" in again.output and marker.exists()
+    forced = _build(args + ["--force"])
+    assert forced.exit_code == 0, forced.output
+    assert not marker.exists() and (out / "eagle_trt_spec.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]  # no temporary siblings left
+
+
+def test_failed_build_leaves_nothing(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "bundle"
+    result = _build(["--base", tiny_base, "--draft", eagle1_draft, "-o", out, "--engine", "pytorch",
+                     "--engine-instances", "0"])
+    assert result.exit_code == 1 and "engine-instances" in result.output
+    assert list(tmp_path.iterdir()) == []
