@@ -37,7 +37,8 @@ def write_plots(report: dict, eagle, base, out_dir: Path) -> list[Path]:
                 ax.hist(data, bins=20, alpha=0.6, color=color, label=run.model)
         ax.set_xlabel(label)
         ax.set_ylabel("requests")
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     save(fig, "latency_distributions.png")
 
     hist = report["accepted_length_histogram"]
