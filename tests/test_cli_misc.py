@@ -1,0 +1,88 @@
+"""CLI: help output, generate (local), bench, demo-model."""
+
+import json
+
+from click.testing import CliRunner
+
+from eagle_trt.cli import COMMANDS, main
+
+
+def test_help_lists_every_command_and_each_has_an_example():
+    res = CliRunner().invoke(main, ["--help"])
+    assert res.exit_code == 0
+    for name in COMMANDS:
+        assert name in res.output
+        sub = CliRunner().invoke(main, [name, "--help"])
+        assert sub.exit_code == 0, (name, sub.output)
+        assert "Example" in sub.output or name == "perf", name
+
+
+def test_generate_local_json_and_plain_identity(tiny_base, eagle1_draft):
+    args = ["generate", "--base", str(tiny_base), "Tell me a story", "--max-tokens", "20", "--json"]
+    plain = json.loads(CliRunner().invoke(main, args).output)
+    eagle = json.loads(CliRunner().invoke(main, args + ["--draft", str(eagle1_draft), "--tree", "dynamic:3,4,10"]).output)
+    assert eagle["token_ids"] == plain["token_ids"] and eagle["text"] == plain["text"]
+    for key in ("steps", "mean_accepted_length", "acceptance_rate"):
+        assert key in eagle["stats"]
+    assert plain["stats"]["acceptance_rate"] == 0.0
+
+
+def test_generate_stream_and_errors(tiny_base, eagle1_draft):
+    res = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "--draft", str(eagle1_draft), "Hi",
+                                    "--max-tokens", "8", "--stream", "--no-chat"])
+    assert res.exit_code == 0, res.output
+    bad = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--max-tokens", "0"])
+    assert bad.exit_code == 1 and "--max-tokens must be positive" in bad.output
+    both = CliRunner().invoke(main, ["generate", "Hi"])
+    assert both.exit_code == 2
+    tree = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--tree", "nonsense"])
+    assert tree.exit_code == 1 and "invalid tree spec" in tree.output
+    temp = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--temperature", "-1"])
+    assert temp.exit_code == 1 and "temperature must be >= 0" in temp.output
+
+
+def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--draft", str(eagle1_draft), "--prompts", "2",
+                                    "--max-tokens", "8", "--trees", "chain:2;dynamic:2,2,4", "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"plain", "chain:2", "dynamic:2,2,4"}
+    assert all(r["identical_to_plain"] for r in rows.values()) and rows["plain"]["speedup"] == 1.0
+    assert "| chain:2 |" in res.output
+
+
+def test_demo_model_prints_its_directory_last(monkeypatch, tmp_path):
+    import pytest
+
+    pytest.importorskip("gguf")
+    from eagle_trt.demo_model import DRAFT_DIR
+
+    res = CliRunner().invoke(main, ["demo-model"])
+    assert res.exit_code == 0, res.output
+    base = res.output.strip().splitlines()[-1]
+    assert (__import__("pathlib").Path(base) / "model.safetensors").exists()
+    draft = CliRunner().invoke(main, ["demo-model", "--draft"])
+    if (DRAFT_DIR / "config.json").exists():
+        assert draft.exit_code == 0 and draft.output.strip().splitlines()[-1] == str(DRAFT_DIR)
+    else:
+        assert draft.exit_code == 1 and "shipped SmolLM2 draft is missing" in draft.output
+
+
+def test_demo_base_says_paris():
+    """The materialized SmolLM2 generates sensible text with transformers (chat template, greedy)."""
+    import pytest
+    import torch
+
+    pytest.importorskip("gguf")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eagle_trt.demo_model import materialize_demo_base
+
+    d = materialize_demo_base()
+    tok, model = AutoTokenizer.from_pretrained(d), AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    text = tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}], tokenize=False,
+                                   add_generation_prompt=True)
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    out = model.generate(ids, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
