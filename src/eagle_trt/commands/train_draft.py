@@ -36,6 +36,8 @@ def _progress(stage: str, total):
 @click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
 @click.option("--max-prompts", type=int, default=512, show_default=True)
 @click.option("--gen-tokens", type=int, default=160, show_default=True, help="Answer length per prompt.")
+@click.option("--extra-prompts", type=int, default=0, show_default=True,
+              help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
 @click.option("--epochs", type=int, default=4, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
@@ -45,7 +47,8 @@ def _progress(stage: str, total):
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
-def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, temperature, epochs, lr,
+def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, extra_prompts, temperature, epochs,
+                    lr,
                     batch_size, seed, device, resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
@@ -64,8 +67,8 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
             raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
                        DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed),
-                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed), resume=resume,
-                       force=force)
+                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed),
+                       extra_prompts=extra_prompts, resume=resume, force=force)
     record = run(req, progress=_progress)
     if as_json:
         click.echo(json.dumps(record, indent=2))

@@ -33,6 +33,8 @@ class DataConfig:
     shard_records: int = 64
     seed: int = 0
     chat_template: bool = True
+    answer: bool = True  # False: teacher-force the templated prompts only (no generation; features are still
+    #                     the base's own, so they are valid EAGLE targets and cost one forward per prompt)
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
@@ -99,7 +101,7 @@ def generate_data(base_dir: Path, prompts: list[str], data_dir: Path, cfg: DataC
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    hf = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval() if cfg.answer else None
     spec = ModelSpec.from_dir(base_dir)
     ours = load_base(spec, torch.float32, "cpu")
     ours.setup_cache(cfg.max_prompt_tokens + cfg.gen_tokens + 8)
@@ -108,7 +110,8 @@ def generate_data(base_dir: Path, prompts: list[str], data_dir: Path, cfg: DataC
     records: list[dict] = []
     for index in range(start, len(prompts), cfg.batch_size):
         batch = prompts[index: index + cfg.batch_size]
-        for ids, n_prompt in _answer(hf, tok, batch, cfg, stop):
+        pairs = _answer(hf, tok, batch, cfg, stop) if cfg.answer else _templated(tok, batch, cfg)
+        for ids, n_prompt in pairs:
             records.append(_features(ours, ids, n_prompt, capture))
         if progress is not None:
             progress(len(batch))
@@ -120,6 +123,14 @@ def generate_data(base_dir: Path, prompts: list[str], data_dir: Path, cfg: DataC
             tmp.rename(path)
             done += 1
     return shard_paths(data_dir)
+
+
+def _templated(tok, batch: list[str], cfg: DataConfig) -> Iterator[tuple[list[int], int]]:
+    for p in batch:
+        text = (tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False) if cfg.chat_template else p)
+        ids = tok(text, add_special_tokens=False, truncation=True, max_length=cfg.max_prompt_tokens)["input_ids"]
+        if len(ids) >= 4:
+            yield ids, 0
 
 
 @torch.inference_mode()

@@ -1,8 +1,9 @@
 """EAGLE-1/2 draft training (research/eagle_algorithms.md §1): draft row t consumes (f_t, x_{t+1}) and regresses
-the next feature f_{t+1}; loss = 1.0 * SmoothL1(f^, f) + 0.1 * CE(lm_head(f^), x_{t+2}), uniform noise on the
-input features. The head is the runtime's own `Eagle1Draft` module, trained over packed sequences with a
-block-diagonal causal mask; the base lm_head stays frozen (its rows are sliced to the tokens seen in the data to
-keep the CE affordable on a CPU).
+the next feature f_{t+1}; loss = 1.0 * SmoothL1(f^, f) + 0.1 * CE(softmax(lm_head f) || lm_head f^) (the base's own
+next-token distribution as the soft target, as in EAGLE's main.py), uniform noise on the input features. The head
+is the runtime's own `Eagle1Draft` module, trained over packed sequences with a block-diagonal causal mask; the
+base lm_head stays frozen, its rows sliced to the most frequent tokens of the data to keep the CE affordable on a
+CPU. Every position with a next feature trains (answers and prompts alike: the targets are the base's own).
 """
 
 from __future__ import annotations
@@ -80,9 +81,8 @@ def chunk_tensors(chunk: list[dict], chunk_tokens: int, vocab_map: torch.Tensor 
         valid = t + 2 < len(x)
         nxt[valid] = x[2:n + 2]
         labels.append(nxt)
-        answer = (t + 2) >= n_prompt
-        reg_mask.append(t + 1 >= n_prompt - 1)
-        ce_mask.append(answer & valid)
+        reg_mask.append(torch.ones(n, dtype=torch.bool))
+        ce_mask.append(torch.ones(n, dtype=torch.bool))
         positions.append(t)
         seg.append(torch.full((n,), s))
     seg_t = torch.cat(seg)
@@ -109,16 +109,20 @@ def losses(draft: Eagle1Draft, head_rows: torch.Tensor, batch, cfg: TrainConfig,
         rms = feats.pow(2).mean().sqrt()
         feats = feats + (torch.rand_like(feats) - 0.5) * cfg.noise * rms
     out = draft_forward(draft, ids, feats, positions, mask)
-    reg = F.smooth_l1_loss(out[reg_mask], targets[reg_mask]) if reg_mask.any() else out.sum() * 0
+    reg = F.smooth_l1_loss(out[reg_mask], targets[reg_mask])
     logits = out[ce_mask] @ head_rows.T  # [rows, V_subset]
-    ce = F.cross_entropy(logits, labels[ce_mask]) if ce_mask.any() else out.sum() * 0
-    acc = (logits.argmax(-1) == labels[ce_mask]).float().mean().item() if ce_mask.any() else 0.0
+    with torch.no_grad():
+        teacher = targets[ce_mask] @ head_rows.T  # the base's logits at t+1
+        target_p = torch.softmax(teacher, dim=-1)
+    ce = -(target_p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+    acc = (logits.argmax(-1) == teacher.argmax(-1)).float().mean().item()
     return cfg.weight_reg * reg + cfg.weight_ce * ce, reg.item(), ce.item(), acc
 
 
-def vocab_subset(records: list[dict], vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(token ids seen in the data, map base id -> subset index (-100 where unseen))."""
-    seen = torch.unique(torch.cat([r["input_ids"] for r in records]))
+def vocab_subset(records: list[dict], vocab_size: int, limit: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the `limit` most frequent token ids of the data, map base id -> subset index (-100 where absent))."""
+    counts = torch.bincount(torch.cat([r["input_ids"] for r in records]), minlength=vocab_size)
+    seen = counts.topk(min(limit, int((counts > 0).sum()))).indices.sort().values
     vocab_map = torch.full((vocab_size,), -100, dtype=torch.long)
     vocab_map[seen] = torch.arange(len(seen))
     return seen, vocab_map

@@ -30,6 +30,7 @@ class TrainRequest:
     format: str = "eagle1"
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    extra_prompts: int = 0  # more prompts, teacher-forced only (no answers): cheap extra features
     heldout_fraction: float = 0.05
     eval_prompts: int = 8
     eval_tokens: int = 64
@@ -66,6 +67,7 @@ def run(req: TrainRequest, progress=None) -> dict:
     banned = eval_set_texts()
     prompts = [p for p in prompts if p.strip() not in banned]
     random.Random(req.data.seed).shuffle(prompts)
+    extra = prompts[req.data.max_prompts: req.data.max_prompts + req.extra_prompts]
     prompts = prompts[: req.data.max_prompts]
     work = req.out_dir.with_name(req.out_dir.name + ".work")
     if work.exists() and not req.resume and shard_paths(work / "data"):
@@ -73,7 +75,14 @@ def run(req: TrainRequest, progress=None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     (work / "prompts.json").write_text(json.dumps(prompts))
     t0 = time.time()
-    paths = generate_data(req.base_dir, prompts, work / "data", req.data, progress=progress and progress("data", len(prompts)))
+    paths = generate_data(req.base_dir, prompts, work / "data", req.data,
+                          progress=progress and progress("data", len(prompts)))
+    if extra:
+        from dataclasses import replace
+
+        paths_tf = generate_data(req.base_dir, extra, work / "data_prompts",
+                                 replace(req.data, answer=False, shard_records=256),
+                                 progress=progress and progress("data", len(extra)))
     t_data = time.time() - t0
     records = load_records(paths)
     if len(records) < 2:
@@ -81,6 +90,8 @@ def run(req: TrainRequest, progress=None) -> dict:
                             "pass at least 2 prompts (one is held out to measure acceptance)")
     n_held = max(1, int(len(records) * req.heldout_fraction))
     held, train = records[:n_held], records[n_held:]
+    if extra:
+        train += load_records(paths_tf)
     base = load_base(base_spec, torch.float32, "cpu")
     draft_spec = _draft_spec_for(base_spec)
     draft = build_draft(draft_spec, base_spec, base)
@@ -104,6 +115,7 @@ def run(req: TrainRequest, progress=None) -> dict:
     t_train = time.time() - t1
     held_metrics = evaluate(draft, base.lm_head.weight, held, req.train)
     record = {"base": str(base_spec.path), "prompts_file": str(req.prompts_file), "num_prompts": len(prompts),
+              "teacher_forced_prompts": len(extra),
               "train_records": len(train), "heldout_records": len(held),
               "train_tokens": int(sum(len(r["input_ids"]) for r in train)), "data": asdict(req.data),
               "train": asdict(req.train), "summary": summary, "heldout": held_metrics,
