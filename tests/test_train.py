@@ -60,7 +60,7 @@ def test_trained_draft_beats_a_random_one(trained, tiny_base, eagle1_draft):
         lengths = [a for x in ids for a in engine.generate_all(x, 24).stats.accepted_lengths]
         return sum(lengths) / len(lengths)
 
-    assert tau(draft) > tau(eagle1_draft) + 0.3
+    assert tau(draft) > tau(eagle1_draft) + 0.2
 
 
 def test_a_few_steps_lower_the_loss(tiny_base, tmp_path):

@@ -67,31 +67,21 @@ def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[lis
     return chunks
 
 
-def chunk_tensors(chunk: list[dict], chunk_tokens: int, vocab_map: torch.Tensor | None):
-    """Inputs and targets of one packed chunk."""
-    ids, feats, targets, labels, reg_mask, ce_mask, positions, seg = [], [], [], [], [], [], [], []
+def chunk_tensors(chunk: list[dict], chunk_tokens: int):
+    """One packed chunk: draft inputs (ids [T], features [T, H], positions [T]), teacher features f_{t+1} [T, H]
+    and the block-diagonal causal mask [T, T]."""
+    ids, feats, targets, positions, seg = [], [], [], [], []
     for s, rec in enumerate(chunk):
-        x, f, n_prompt = rec["input_ids"], rec["features"].float(), rec["n_prompt"]
+        x, f = rec["input_ids"], rec["features"].float()
         n = min(len(x) - 1, chunk_tokens)
-        t = torch.arange(n)
         ids.append(x[1:n + 1])
         feats.append(f[:n])
         targets.append(f[1:n + 1])
-        nxt = torch.full((n,), -100, dtype=torch.long)
-        valid = t + 2 < len(x)
-        nxt[valid] = x[2:n + 2]
-        labels.append(nxt)
-        reg_mask.append(torch.ones(n, dtype=torch.bool))
-        ce_mask.append(torch.ones(n, dtype=torch.bool))
-        positions.append(t)
+        positions.append(torch.arange(n))
         seg.append(torch.full((n,), s))
     seg_t = torch.cat(seg)
-    labels_t = torch.cat(labels)
-    if vocab_map is not None:
-        labels_t = torch.where(labels_t >= 0, vocab_map[labels_t.clamp(min=0)], labels_t)
     mask = (seg_t[:, None] == seg_t[None, :]) & torch.ones(len(seg_t), len(seg_t), dtype=torch.bool).tril()
-    return (torch.cat(ids), torch.cat(feats), torch.cat(targets), labels_t, torch.cat(reg_mask),
-            torch.cat(ce_mask), torch.cat(positions), mask)
+    return torch.cat(ids), torch.cat(feats), torch.cat(targets), torch.cat(positions), mask
 
 
 def draft_forward(draft: Eagle1Draft, ids, feats, positions, mask):
@@ -104,28 +94,25 @@ def draft_forward(draft: Eagle1Draft, ids, feats, positions, mask):
 
 
 def losses(draft: Eagle1Draft, head_rows: torch.Tensor, batch, cfg: TrainConfig, noise: bool):
-    ids, feats, targets, labels, reg_mask, ce_mask, positions, mask = batch
+    ids, feats, targets, positions, mask = batch
     if noise and cfg.noise > 0:
         rms = feats.pow(2).mean().sqrt()
         feats = feats + (torch.rand_like(feats) - 0.5) * cfg.noise * rms
     out = draft_forward(draft, ids, feats, positions, mask)
-    reg = F.smooth_l1_loss(out[reg_mask], targets[reg_mask])
-    logits = out[ce_mask] @ head_rows.T  # [rows, V_subset]
+    reg = F.smooth_l1_loss(out, targets)
+    logits = out @ head_rows.T  # [rows, V_subset]
     with torch.no_grad():
-        teacher = targets[ce_mask] @ head_rows.T  # the base's logits at t+1
+        teacher = targets @ head_rows.T  # the base's logits at t+1
         target_p = torch.softmax(teacher, dim=-1)
     ce = -(target_p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
     acc = (logits.argmax(-1) == teacher.argmax(-1)).float().mean().item()
     return cfg.weight_reg * reg + cfg.weight_ce * ce, reg.item(), ce.item(), acc
 
 
-def vocab_subset(records: list[dict], vocab_size: int, limit: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the `limit` most frequent token ids of the data, map base id -> subset index (-100 where absent))."""
+def vocab_subset(records: list[dict], vocab_size: int, limit: int = 8192) -> torch.Tensor:
+    """The `limit` most frequent token ids of the data (sorted): the lm_head rows the CE is computed over."""
     counts = torch.bincount(torch.cat([r["input_ids"] for r in records]), minlength=vocab_size)
-    seen = counts.topk(min(limit, int((counts > 0).sum()))).indices.sort().values
-    vocab_map = torch.full((vocab_size,), -100, dtype=torch.long)
-    vocab_map[seen] = torch.arange(len(seen))
-    return seen, vocab_map
+    return counts.topk(min(limit, int((counts > 0).sum()))).indices.sort().values
 
 
 def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list[dict], cfg: TrainConfig,
@@ -134,8 +121,7 @@ def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list
     and may save checkpoints; `state` resumes optimizer/step from a checkpoint."""
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
-    seen, vocab_map = vocab_subset(records, lm_head_weight.shape[0])
-    head_rows = lm_head_weight[seen].detach()
+    head_rows = lm_head_weight[vocab_subset(records, lm_head_weight.shape[0])].detach()
     params = [p for n, p in draft.named_parameters() if not n.startswith(("embed_tokens", "lm_head"))]
     for p in params:
         p.requires_grad_(True)
@@ -153,7 +139,7 @@ def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / max(total, 1)))
         for group in opt.param_groups:
             group["lr"] = lr
-        batch = chunk_tensors(chunk, cfg.chunk_tokens, vocab_map)
+        batch = chunk_tensors(chunk, cfg.chunk_tokens)
         loss, reg, ce, acc = losses(draft, head_rows, batch, cfg, noise=True)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -171,12 +157,11 @@ def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list
 @torch.no_grad()
 def evaluate(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list[dict], cfg: TrainConfig) -> dict:
     """Held-out losses and next-token top-1 accuracy (teacher-forced features)."""
-    seen, vocab_map = vocab_subset(records, lm_head_weight.shape[0])
-    head_rows = lm_head_weight[seen]
+    head_rows = lm_head_weight[vocab_subset(records, lm_head_weight.shape[0])]
     out = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "top1": 0.0}
     chunks = pack(records, cfg.chunk_tokens, random.Random(0))
     for chunk in chunks:
-        loss, reg, ce, acc = losses(draft, head_rows, chunk_tensors(chunk, cfg.chunk_tokens, vocab_map), cfg, False)
+        loss, reg, ce, acc = losses(draft, head_rows, chunk_tensors(chunk, cfg.chunk_tokens), cfg, False)
         for k, v in zip(out, (loss.item(), reg, ce, acc)):
             out[k] += v / len(chunks)
     draft.cache = draft.rope = None
