@@ -1,0 +1,55 @@
+"""SmolLM2-135M-Instruct + our shipped EAGLE draft on the real tritonserver: eagle_model and base_model give the
+same greedy text on MT-bench prompts, with drafts accepted. Slow (real model on CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from eagle_trt.cli import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.server]
+
+PROMPTS = [
+    "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and "
+    "must-see attractions.",
+    "Describe five key principles in evaluating an argument in analytical writing.",
+    "Develop a Python program that reads all the text files under a directory and returns top-5 words with the "
+    "most number of occurrences.",
+]
+
+
+def _demo_dir(*extra: str) -> Path:
+    result = CliRunner().invoke(main, ["demo-model", *extra])
+    if result.exit_code != 0:
+        pytest.skip(f"eagle-trt demo-model {' '.join(extra)} is not available: {result.output[-300:]}")
+    return Path(result.output.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(tmp_path_factory):
+    from eagle_trt.serving import TritonServer
+
+    base, draft = _demo_dir(), _demo_dir("--draft")
+    out = tmp_path_factory.mktemp("smollm2") / "bundle"
+    result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
+                                       "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512"])
+    assert result.exit_code == 0, result.output
+    with TritonServer(out / "model_repository", models=["eagle_model", "base_model"],
+                      log_file=out.parent / "tritonserver.log") as server:
+        yield server
+
+
+def test_smollm2_eagle_and_base_agree_token_for_token(smollm2_server):
+    from eagle_trt.client import generate
+
+    accepted = 0
+    for prompt in PROMPTS:
+        eagle = generate(smollm2_server.http_url, "eagle_model", prompt, max_tokens=48, stream=True)
+        base = generate(smollm2_server.http_url, "base_model", prompt, max_tokens=48)
+        assert eagle.text == base.text, prompt
+        assert eagle.text.strip()
+        accepted += eagle.total_accepted_draft_tokens or 0
+    assert accepted > 0  # the draft is actually used
