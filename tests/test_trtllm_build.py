@@ -107,3 +107,30 @@ def test_convert_cli(tmp_path, tiny_base, eagle1_draft):
     assert again.exit_code == 1 and "already exists" in again.output and "--force" in again.output
     usage = CliRunner().invoke(main, ["convert", "--base", str(tiny_base), "-o", str(tmp_path / "x")])
     assert usage.exit_code == 2
+
+
+def test_build_dry_run_writes_checkpoint_and_prints_commands(tmp_path, tiny_base, eagle1_draft):
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o", str(out),
+                                    "--engine", "trtllm", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["dry_run"] and len(report["commands"]) == 2
+    assert report["commands"][0].startswith(f"trtllm-build --checkpoint_dir {out}/checkpoint/eagle")
+    assert "checkpoint/eagle/rank0.safetensors" in report["files"] and "plugins/tree_attention.json" in report["files"]
+    assert not (out / "engines" / "eagle").exists()
+    plugin = json.loads((out / "plugins" / "tree_attention.json").read_text())
+    assert plugin["name"] == "eagle_trt::tree_attention" and "register" in plugin
+
+
+def test_full_build_through_the_stand_in(tmp_path, tiny_base, eagle1_draft, monkeypatch):
+    monkeypatch.setenv("PATH", f"{FAKE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(trtllm, "check_environment", lambda s: [])
+    out = tmp_path / "bundle"
+    res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o", str(out),
+                                    "--engine", "trtllm", "--max-seq-len", "512"])
+    assert res.exit_code == 0, res.output
+    for name in ("eagle", "base"):
+        assert (out / "engines" / name / "rank0.engine").exists()
+    cfg = (out / "model_repository" / "eagle_engine" / "config.pbtxt").read_text()
+    assert str(out / "engines" / "eagle") in cfg and "eagle_choices" in cfg

@@ -75,8 +75,9 @@ def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Pa
 
 
 def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, force: bool = False,
-                 skip_convert: bool = False, skip_engines: bool = False) -> Path:
-    """Carry out a plan atomically; returns OUT."""
+                 skip_convert: bool = False, skip_engines: bool = False, dry_run: bool = False) -> Path:
+    """Carry out a plan atomically; returns OUT. For trtllm, `dry_run` writes everything but the engines and
+    records the exact trtllm-build commands in OUT/engines/build_engines.sh."""
     out, spec = plan.out, plan.spec
     if out.exists() and not force:
         raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
@@ -86,8 +87,12 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
     try:
         if spec.engine == "trtllm":
-            _call("eagle_trt.build.trtllm", "build_trtllm_engines", spec, tmp,
-                  skip_convert=skip_convert, skip_engines=skip_engines)
+            if skip_convert and out.exists():  # reuse OUT's checkpoint
+                shutil.copytree(out / "checkpoint", tmp / "checkpoint")
+            result = _call("eagle_trt.build.trtllm", "build_trtllm_engines", spec, tmp, dry_run=dry_run,
+                           skip_convert=skip_convert, skip_engines=skip_engines)
+            _write_engine_script(result.commands, tmp, out)
+            _write_plugin_record(tmp)
         repo = tmp / "model_repository"
         write_model_repository(spec, repo, bundle_dir=out, options=serving)
         if spec.engine == "llmapi":
@@ -110,6 +115,30 @@ def _call(module: str, function: str, *args, **kwargs):
         raise EagleTrtError(f"{module}.{function} is not available: {exc}",
                             "this eagle-trt install lacks that build step; use --engine pytorch") from None
     return target(*args, **kwargs)
+
+
+def _write_engine_script(commands: dict[str, list[str]], tmp: Path, out: Path) -> None:
+    """OUT/engines/build_engines.sh: the exact trtllm-build command lines (paths as in the final OUT)."""
+    import shlex
+
+    engines = tmp / "engines"
+    engines.mkdir(parents=True, exist_ok=True)
+    lines = ["#!/usr/bin/env bash", "# trtllm-build for the EAGLE and the base engine (run inside the serving container)",
+             "set -euo pipefail"]
+    lines += [" ".join(shlex.quote(a.replace(str(tmp), str(out))) for a in argv) for argv in commands.values()]
+    (engines / "build_engines.sh").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (engines / "build_engines.sh").chmod(0o755)
+
+
+def _write_plugin_record(tmp: Path) -> None:
+    """OUT/plugins/tree_attention.json: our tree-attention TensorRT plugin and how TensorRT picks it up."""
+    import json
+
+    from eagle_trt.plugins.trt_plugin import describe_plugin
+
+    (tmp / "plugins").mkdir(exist_ok=True)
+    (tmp / "plugins" / "tree_attention.json").write_text(json.dumps(describe_plugin(), indent=2) + "\n",
+                                                         encoding="utf-8")
 
 
 def _write_perf_files(spec: BuildSpec, out_dir: Path) -> None:

@@ -37,7 +37,8 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
 @click.option("--kv-cache-fraction", type=float, default=0.9, show_default=True,
               help="Share of free GPU memory for the KV cache (trtllm).")
 @click.option("--enable-kv-cache-reuse", is_flag=True, help="Reuse KV cache across requests (trtllm).")
-@click.option("--dry-run", is_flag=True, help="Validate and print the plan; write nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Validate and print the plan (trtllm: also write the checkpoint and print the trtllm-build lines).")
 @click.option("--skip-convert", is_flag=True, help="trtllm: reuse OUT's existing checkpoint.")
 @click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
@@ -67,6 +68,21 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
             spec_options["runtime_tree"] = tree if tree.startswith(("chain:", "static:")) else f"static:{tree}"
     plan = plan_build(base_dir, draft_dir, out, engine=engine, skip_convert=skip_convert,
                       skip_engines=skip_engines, **spec_options)
+    if dry_run and plan.spec.engine == "trtllm":
+        # TRT-LLM cannot run here: write the checkpoint, repository and perf files, print the commands
+        result = build_bundle(plan, force=force, skip_convert=skip_convert, dry_run=True)
+        script = result / "engines" / "build_engines.sh"
+        files = sorted(str(p.relative_to(result)) for p in result.rglob("*") if p.is_file())
+        if as_json:
+            click.echo(json.dumps({"out": str(result), "engine": "trtllm", "dry_run": True,
+                                   "commands": script.read_text().splitlines()[3:], "files": files}))
+        else:
+            click.echo(f"dry run: wrote {result} without engines; run these where TensorRT-LLM is installed:")
+            for line in script.read_text().splitlines()[3:]:
+                click.echo(f"  {line}")
+            click.echo(f"then serve with: tritonserver --model-repository {result / 'model_repository'} "
+                       "--model-control-mode explicit --load-model eagle_model")
+        return
     if dry_run:
         if as_json:
             click.echo(json.dumps(plan.to_dict(), indent=2, default=str))
