@@ -9,7 +9,6 @@ stopped.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,45 +37,14 @@ class DataConfig:
 
 
 def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
-    """Prompts from a JSONL file: {"prompt": ...}, {"text": ...}, {"turns": [...]} or ShareGPT {"conversations"}."""
-    path = Path(path)
-    if not path.exists():
-        raise EagleTrtError(f"prompt file {path} does not exist", "pass a JSONL file of prompts")
-    prompts = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise EagleTrtError(f"{path}:{n} is not valid JSON", "one JSON object per line") from None
-        text = _prompt_of(rec)
-        if text is None:
-            raise EagleTrtError(f"{path}:{n} has no prompt field",
-                                "use {\"prompt\": ...}, {\"text\": ...}, {\"turns\": [...]} or ShareGPT conversations")
-        if text.strip():
-            prompts.append(text)
-        if limit and len(prompts) >= limit:
-            break
+    """First user turns from a JSONL file ({"prompt"|"text": ...}, {"turns": [...]}, ShareGPT conversations,
+    OpenAI messages): the same reader the benchmarks use."""
+    from eagle_trt.perf.datasets import jsonl_prompts
+
+    prompts = [p.text for p in jsonl_prompts(path) if p.text.strip()]
     if not prompts:
         raise EagleTrtError(f"no prompts in {path}", "the file is empty")
-    return prompts
-
-
-def _prompt_of(rec) -> str | None:
-    if not isinstance(rec, dict):
-        return None
-    for key in ("prompt", "text", "question"):
-        if isinstance(rec.get(key), str):
-            return rec[key]
-    if isinstance(rec.get("turns"), list) and rec["turns"]:
-        return str(rec["turns"][0])
-    conv = rec.get("conversations")
-    if isinstance(conv, list):
-        for turn in conv:
-            if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
-                return str(turn.get("value", ""))
-    return None
+    return prompts[:limit] if limit else prompts
 
 
 def shard_paths(data_dir: Path) -> list[Path]:
