@@ -41,6 +41,7 @@ def _progress(stage: str, total):
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
 @click.option("--epochs", type=int, default=4, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Stop after this many steps (schedule still spans --epochs).")
 @click.option("--batch-size", type=int, default=2048, show_default=True, help="Draft rows (tokens) per step.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True)
@@ -48,7 +49,7 @@ def _progress(stage: str, total):
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
 def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, extra_prompts, temperature, epochs,
-                    lr,
+                    lr, max_steps,
                     batch_size, seed, device, resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
@@ -67,7 +68,7 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
             raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
                        DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed),
-                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed),
+                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps),
                        extra_prompts=extra_prompts, resume=resume, force=force)
     record = run(req, progress=_progress)
     if as_json:

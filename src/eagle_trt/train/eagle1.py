@@ -30,6 +30,7 @@ class TrainConfig:
     grad_clip: float = 0.5
     warmup_steps: int = 20
     seed: int = 0
+    max_steps: int | None = None  # stop early (the LR schedule still spans all epochs)
 
 
 def init_from_identity(draft: Eagle1Draft, std: float = 0.02) -> None:
@@ -135,7 +136,7 @@ def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list
     metrics = {}
     draft.train()
     flat = [c for plan in plans for c in plan]
-    for chunk in flat[step:]:
+    for chunk in flat[step: cfg.max_steps]:
         lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / max(total, 1)))
         for group in opt.param_groups:
             group["lr"] = lr
