@@ -35,7 +35,8 @@ def smollm2_server(tmp_path_factory):
     base, draft = _demo_dir(), _demo_dir("--draft")
     out = tmp_path_factory.mktemp("smollm2") / "bundle"
     result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
-                                       "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512"])
+                                       "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512",
+                                       "--tree", "chain:2"])
     assert result.exit_code == 0, result.output
     with TritonServer(out / "model_repository", models=["eagle_model", "base_model"],
                       log_file=out.parent / "tritonserver.log") as server:
