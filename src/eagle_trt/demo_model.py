@@ -12,11 +12,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.fsutil import atomic_directory
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -46,16 +45,8 @@ def materialize_demo_base(cache_dir: str | Path | None = None) -> Path:
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     gguf_file = find_smollm2_gguf()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         _write_hf_dir(gguf_file, tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from eagle_trt.build.safetensors_writer import StreamingSafetensorsWriter
 from eagle_trt.build.weight_maps import Heads, TensorPlan, layer_plans, padded_vocab, slice_tensor
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.fsutil import atomic_directory
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 
 TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -169,43 +169,35 @@ def convert(base_dir: str | Path, draft_dir: str | Path | None, out_dir: str | P
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f".{out.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed run
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     dtype = TORCH_DTYPES[opts.dtype]
-    try:
-        with _sigterm_as_exit(), ExitStack() as stack:
-            readers = {"base": stack.enter_context(open_weights(base.path))}
-            if draft is not None:
-                readers["draft"] = stack.enter_context(open_weights(draft.path))
-            draft_max_pos = 2048
-            if draft is not None:
-                draft_max_pos = json.loads((draft.path / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings", 2048)
-            cfg = checkpoint_config(base, draft, opts, draft_max_pos)
-            (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-            plans = tensor_plans(base, draft, opts, set(readers["base"].names()))
-            total = len(plans) * opts.tp_size
-            done = 0
-            heads = {"base:": Heads(base.num_attention_heads, base.num_key_value_heads, base.head_dim)}
-            if draft is not None:
-                heads["draft:"] = Heads(draft.num_attention_heads, draft.num_key_value_heads, draft.head_dim)
-            for rank in range(opts.tp_size):
-                writer = StreamingSafetensorsWriter(tmp / f"rank{rank}.safetensors",
-                                                    [(p.trt_name, dtype, p.shape) for p in plans])
-                cache: tuple = ((), [])
-                for plan in plans:
-                    if plan.sources != cache[0]:
-                        cache = (plan.sources, [_read(readers, s) for s in plan.sources])
-                    writer.write(plan.trt_name, _produce(plan, cache[1], opts.tp_size, rank, heads, dtype,
-                                                         padded_vocab(base.vocab_size, opts.tp_size)))
-                    done += 1
-                    if progress is not None:
-                        progress(done, total, plan.trt_name)
-                writer.close()
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with _sigterm_as_exit(), atomic_directory(out) as tmp, ExitStack() as stack:
+        readers = {"base": stack.enter_context(open_weights(base.path))}
+        if draft is not None:
+            readers["draft"] = stack.enter_context(open_weights(draft.path))
+        draft_max_pos = 2048
+        if draft is not None:
+            draft_max_pos = json.loads((draft.path / "config.json").read_text(encoding="utf-8")).get(
+                "max_position_embeddings", 2048)
+        cfg = checkpoint_config(base, draft, opts, draft_max_pos)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        plans = tensor_plans(base, draft, opts, set(readers["base"].names()))
+        total, done = len(plans) * opts.tp_size, 0
+        heads = {"base:": Heads(base.num_attention_heads, base.num_key_value_heads, base.head_dim)}
+        if draft is not None:
+            heads["draft:"] = Heads(draft.num_attention_heads, draft.num_key_value_heads, draft.head_dim)
+        for rank in range(opts.tp_size):
+            writer = StreamingSafetensorsWriter(tmp / f"rank{rank}.safetensors",
+                                                [(p.trt_name, dtype, p.shape) for p in plans])
+            cache: tuple = ((), [])
+            for plan in plans:
+                if plan.sources != cache[0]:
+                    cache = (plan.sources, [_read(readers, s) for s in plan.sources])
+                writer.write(plan.trt_name, _produce(plan, cache[1], opts.tp_size, rank, heads, dtype,
+                                                     padded_vocab(base.vocab_size, opts.tp_size)))
+                done += 1
+                if progress is not None:
+                    progress(done, total, plan.trt_name)
+            writer.close()
     return out
 
 

@@ -4,13 +4,12 @@ reference code, SGLang, vLLM and our converter load unchanged: config.json + mod
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
+from eagle_trt.fsutil import atomic_directory
 from eagle_trt.runtime.draft import Eagle1Draft
 from eagle_trt.spec import ModelSpec
 
@@ -41,17 +40,9 @@ def save_draft(out: Path, state: dict[str, torch.Tensor], config: dict, readme: 
         from eagle_trt.errors import EagleTrtError
 
         raise EagleTrtError(f"output directory {out} already exists", "pass --force to overwrite it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if readme:
-            (tmp / "README.md").write_text(readme)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            (tmp / "README.md").write_text(readme, encoding="utf-8")
     return out
