@@ -1,0 +1,1 @@
+"""Bundle building: TensorRT-LLM checkpoint conversion and engines, the LLM-API route, bundle orchestration."""

@@ -1,0 +1,1 @@
+"""EAGLE draft training by self-distillation (data generation, EAGLE-1 training, export)."""
