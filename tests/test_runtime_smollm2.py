@@ -11,7 +11,7 @@ import torch
 from eagle_trt.commands.generate import encode_prompt
 from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts
 
-MAX_TOKENS = 32
+MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def smollm2():
 
     base = materialize_demo_base()
     plain = EagleEngine.load(base, None, tree="chain:1")
-    eagle = EagleEngine.load(base, shipped_draft_dir(), tree="chain:3")
+    eagle = EagleEngine.load(base, shipped_draft_dir(), tree="chain:2")
     return AutoTokenizer.from_pretrained(base), plain, eagle
 
 
