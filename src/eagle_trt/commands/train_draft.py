@@ -43,15 +43,22 @@ def _progress(stage: str, total):
 @click.option("--lr", type=float, default=1e-3, show_default=True)
 @click.option("--max-steps", type=int, default=None, help="Stop after this many steps (schedule still spans --epochs).")
 @click.option("--batch-size", type=int, default=2048, show_default=True, help="Draft rows (tokens) per step.")
+@click.option("--draft-vocab", type=int, default=32000, show_default=True,
+              help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
+@click.option("--ttt-steps", type=int, default=7, show_default=True,
+              help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True)
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
 def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, extra_prompts, temperature, epochs,
-                    lr, max_steps,
-                    batch_size, seed, device, resume, force, as_json):
+                    lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
+
+    --format eagle1 trains an EAGLE-1/2 head (feature regression + CE through the base lm_head); --format eagle3 an
+    EAGLE-3 head (three captured layers, training-time test, own reduced vocabulary with d2t/t2d). An EAGLE-3 run
+    started with --resume in an EAGLE-1 run's work dir reuses its answers.
 
     \b
     Example:
@@ -60,16 +67,19 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     """
     from eagle_trt.train.data import DataConfig
     from eagle_trt.train.eagle1 import TrainConfig
+    from eagle_trt.train.eagle3 import Eagle3TrainConfig
     from eagle_trt.train.pipeline import TrainRequest, run
 
     for name, value in (("--max-prompts", max_prompts), ("--gen-tokens", gen_tokens), ("--epochs", epochs),
-                        ("--batch-size", batch_size)):
+                        ("--batch-size", batch_size), ("--draft-vocab", draft_vocab), ("--ttt-steps", ttt_steps)):
         if value < 1:
             raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
                        DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed),
                        TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps),
-                       extra_prompts=extra_prompts, resume=resume, force=force)
+                       Eagle3TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, ttt_steps=ttt_steps, seed=seed,
+                                         max_steps=max_steps),
+                       draft_vocab, extra_prompts=extra_prompts, resume=resume, force=force)
     record = run(req, progress=_progress)
     if as_json:
         click.echo(json.dumps(record, indent=2))

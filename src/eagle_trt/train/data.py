@@ -128,8 +128,9 @@ def _answer(hf, tok, batch: list[str], cfg: DataConfig, stop: set[int]) -> Itera
 @torch.inference_mode()
 def _features(model, ids: list[int], n_prompt: int, capture: tuple[int, ...]) -> dict:
     t = torch.tensor(ids)
-    _, hidden, captured = model(t, torch.arange(len(ids)), 0, capture=capture)
-    rec = {"input_ids": t, "n_prompt": n_prompt, "features": hidden.to(torch.float16)}
+    logits, hidden, captured = model(t, torch.arange(len(ids)), 0, capture=capture)
+    rec = {"input_ids": t, "n_prompt": n_prompt, "features": hidden.to(torch.float16),
+           "greedy": logits.argmax(-1)}  # the base's own next token at every position (EAGLE-3's vocab mask)
     if captured is not None:
         rec["captured"] = captured.to(torch.float16)
     return rec
@@ -139,14 +140,16 @@ def _pack(records: list[dict]) -> dict[str, torch.Tensor]:
     out = {"input_ids": torch.cat([r["input_ids"] for r in records]),
            "lengths": torch.tensor([len(r["input_ids"]) for r in records]),
            "n_prompt": torch.tensor([r["n_prompt"] for r in records]),
-           "features": torch.cat([r["features"] for r in records])}
+           "features": torch.cat([r["features"] for r in records]),
+           "greedy": torch.cat([r["greedy"] for r in records])}
     if "captured" in records[0]:
         out["captured"] = torch.cat([r["captured"] for r in records])
     return out
 
 
 def load_records(paths: list[Path]) -> list[dict]:
-    """Unpack shards into per-record dicts (input_ids [T], n_prompt, features [T, H][, captured [T, 3H]])."""
+    """Unpack shards into per-record dicts (input_ids [T], n_prompt, features [T, H], greedy [T]
+    [, captured [T, 3H]])."""
     from safetensors.torch import load_file
 
     records = []
@@ -156,7 +159,39 @@ def load_records(paths: list[Path]) -> list[dict]:
         for i, n_prompt in enumerate(shard["n_prompt"].tolist()):
             a, b = offsets[i], offsets[i + 1]
             rec = {"input_ids": shard["input_ids"][a:b], "n_prompt": n_prompt, "features": shard["features"][a:b]}
-            if "captured" in shard:
-                rec["captured"] = shard["captured"][a:b]
+            for key in ("captured", "greedy"):
+                if key in shard:
+                    rec[key] = shard[key][a:b]
             records.append(rec)
     return records
+
+
+def add_captured(base_dir: Path, paths: list[Path], capture: tuple[int, ...], progress=None) -> None:
+    """Give shards written without EAGLE-3 features (an EAGLE-1 run's data) the captured layers and the base's
+    greedy tokens, by teacher-forcing their token ids once: the answers are reused, not regenerated. Each shard is
+    replaced atomically, so an interrupted upgrade resumes."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from eagle_trt.runtime.loading import load_base
+    from eagle_trt.spec import ModelSpec
+
+    todo = []
+    for path in paths:
+        with safe_open(str(path), "pt") as f:
+            if not {"captured", "greedy"} <= set(f.keys()):
+                todo.append(path)
+    if not todo:
+        return
+    ours = None
+    for path in todo:
+        old = load_records([path])
+        if ours is None:
+            ours = load_base(ModelSpec.from_dir(base_dir), torch.float32, "cpu")
+        ours.setup_cache(max(len(r["input_ids"]) for r in old) + 8)
+        new = [_features(ours, r["input_ids"].tolist(), r["n_prompt"], capture) for r in old]
+        tmp = path.with_suffix(".tmp")
+        save_file(_pack(new), str(tmp))
+        tmp.rename(path)
+        if progress is not None:
+            progress(len(new))

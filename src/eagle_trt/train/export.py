@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle_trt.fsutil import atomic_directory
-from eagle_trt.runtime.draft import Eagle1Draft
+from eagle_trt.runtime.draft import Eagle1Draft, Eagle3Draft
 from eagle_trt.spec import ModelSpec
 
 
@@ -28,6 +28,31 @@ def eagle1_config(base: ModelSpec, draft: Eagle1Draft, record: dict) -> dict:
         "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
         "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
         "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, "bias": draft.fc.bias is not None,
+        "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
+    }
+
+
+def eagle3_state_dict(draft: Eagle3Draft, t2d: torch.Tensor, dtype=torch.float16) -> dict[str, torch.Tensor]:
+    """SafeAILab EAGLE-3 names (fc, midlayer.*, norm, lm_head, d2t int64, t2d bool); no embed_tokens (frozen, the
+    base's)."""
+    state = draft.state_dict()
+    out = {}
+    for ours, theirs in Eagle3Draft.hf_names().items():
+        value = state[ours].detach()
+        out[theirs] = (value if ours == "d2t" else value.to(dtype)).contiguous()
+    out["t2d"] = t2d.to(torch.bool).contiguous()
+    return out
+
+
+def eagle3_config(base: ModelSpec, draft: Eagle3Draft, record: dict) -> dict:
+    """The training config layout of SafeAILab's traineagle3 (LlamaForCausalLM + draft_vocab_size)."""
+    a = draft.args
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden_size,
+        "intermediate_size": a.intermediate_size, "num_hidden_layers": 1, "num_attention_heads": a.num_attention_heads,
+        "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
+        "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
+        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, "draft_vocab_size": draft.lm_head.weight.shape[0],
         "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
     }
 
