@@ -52,6 +52,20 @@ def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):
     assert "| chain:2 |" in res.output
 
 
+def test_bench_compares_drafts_on_the_same_prompts(tiny_base, eagle1_draft, eagle3_draft, tmp_path):
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--draft", str(eagle1_draft), "--draft",
+                                    str(eagle3_draft), "--prompts", "3", "--max-tokens", "6", "--trees", "chain:2",
+                                    "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())
+    assert set(result["rows"]) == {"plain", "eagle1 chain:2", "eagle3 chain:2"}
+    assert result["prompts_done"] == result["prompts_total"] == 3
+    for row in result["rows"].values():
+        assert row["prompts"] == 3 and row["identical_prompts"] == 3 and row["tokens"] > 0
+    assert "| eagle3 chain:2 |" in res.output and "yes (3/3)" in res.output
+
+
 def test_demo_model_prints_its_directory_last(monkeypatch, tmp_path):
     import pytest
 

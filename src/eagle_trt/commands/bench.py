@@ -10,18 +10,22 @@ import click
 
 @click.command("bench")
 @click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--draft", "draft_dir", type=click.Path(path_type=Path))
+@click.option("--draft", "draft_dirs", type=click.Path(path_type=Path), multiple=True,
+              help="EAGLE draft; repeat to compare drafts (e.g. EAGLE-1 vs EAGLE-3) on the same prompts.")
 @click.option("--trees", default="chain:3;dynamic:4,4,12", show_default=True,
               help="Tree settings separated by ';' (chain:N | static:NAME|FILE | dynamic:D,K,T).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
-@click.option("--prompts", type=int, default=10, show_default=True)
+@click.option("--prompts", type=int, default=10, show_default=True, help="0 = every prompt of the dataset.")
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True)
 @click.option("--chat/--no-chat", default=True, show_default=True)
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
-def bench_cmd(base_dir, draft_dir, trees, dataset, prompts, max_tokens, device, dtype, chat, json_out):
+def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, chat, json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
+
+    Settings run each prompt in turn (interleaved), the JSON is rewritten after every prompt (an interrupted run
+    keeps what it measured).
 
     \b
     Example:
@@ -30,9 +34,9 @@ def bench_cmd(base_dir, draft_dir, trees, dataset, prompts, max_tokens, device, 
     """
     from eagle_trt.perf.bench_runtime import BenchConfig, format_table, run_bench
 
-    cfg = BenchConfig(base_dir, draft_dir, tuple(t for t in trees.split(";") if t), dataset, prompts, max_tokens,
-                      device, dtype, chat)
-    result = run_bench(cfg, echo=lambda m: click.echo(m, err=True))
+    cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
+                      max_tokens, device, dtype, chat)
+    result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out)
     json_out.write_text(json.dumps(result, indent=2))
     click.echo(format_table(result))
     click.echo(f"json: {json_out}", err=True)

@@ -18,14 +18,20 @@ import torch
 @dataclass(frozen=True)
 class BenchConfig:
     base: Path
-    draft: Path | None
+    draft: Path | None | tuple[Path, ...]  # one draft or several (EAGLE-1 vs EAGLE-3 side by side)
     trees: tuple[str, ...] = ("chain:3", "dynamic:4,4,12")
     dataset: str = "mt-bench"
-    prompts: int = 10
+    prompts: int = 10  # 0 = every prompt of the dataset
     max_tokens: int = 64
     device: str = "cpu"
     dtype: str = "float32"
     chat: bool = True
+
+    @property
+    def drafts(self) -> tuple[Path, ...]:
+        if self.draft is None:
+            return ()
+        return tuple(self.draft) if isinstance(self.draft, (tuple, list)) else (self.draft,)
 
 
 def _encode_all(cfg: BenchConfig) -> list[list[int]]:
@@ -35,59 +41,94 @@ def _encode_all(cfg: BenchConfig) -> list[list[int]]:
     from eagle_trt.perf.datasets import load_dataset
 
     tok = AutoTokenizer.from_pretrained(cfg.base)
-    return [encode_prompt(tok, p.text, cfg.chat) for p in load_dataset(cfg.dataset)[: cfg.prompts]]
+    prompts = load_dataset(cfg.dataset)
+    return [encode_prompt(tok, p.text, cfg.chat) for p in (prompts[: cfg.prompts] if cfg.prompts else prompts)]
 
 
-def _measure(engine, prompts, max_tokens, stop) -> dict:
-    engine.generate_all(prompts[0], 8, stop_token_ids=stop)  # warm-up
-    tokens, seconds, lengths, drafted, accepted, draft_s, verify_s, outputs = 0, 0.0, [], 0, 0, 0.0, 0.0, []
-    for ids in prompts:
-        t0 = time.perf_counter()
-        res = engine.generate_all(ids, max_tokens, stop_token_ids=stop)
-        seconds += time.perf_counter() - t0
-        tokens += len(res.token_ids)
-        lengths += res.stats.accepted_lengths
-        drafted += res.stats.num_draft_tokens
-        accepted += res.stats.num_accepted_draft_tokens
-        draft_s += res.stats.draft_time_s
-        verify_s += res.stats.verify_time_s
-        outputs.append(res.token_ids)
-    return {"tokens": tokens, "seconds": seconds, "tok_per_s": tokens / seconds,
-            "mean_accepted_length": sum(lengths) / max(len(lengths), 1),
-            "acceptance_rate": accepted / drafted if drafted else 0.0, "draft_s": draft_s, "verify_s": verify_s,
-            "outputs": outputs}
+def _settings(cfg: BenchConfig) -> dict[str, tuple[Path | None, str]]:
+    """Row name -> (draft, tree). With several drafts each row is prefixed by the draft's format (or its dir)."""
+    from eagle_trt.spec import DraftSpec
+
+    out: dict[str, tuple[Path | None, str]] = {"plain": (None, "chain:1")}
+    drafts = cfg.drafts
+    labels = [DraftSpec.from_dir(d).format for d in drafts]
+    if len(set(labels)) < len(labels):
+        labels = [Path(d).name for d in drafts]
+    for draft, label in zip(drafts, labels):
+        for tree in cfg.trees:
+            out[f"{label} {tree}" if len(drafts) > 1 else tree] = (draft, tree)
+    return out
 
 
-def run_bench(cfg: BenchConfig, echo=print) -> dict:
+def _empty_row() -> dict:
+    return {"tokens": 0, "seconds": 0.0, "accepted_lengths": [], "drafted": 0, "accepted": 0, "draft_s": 0.0,
+            "verify_s": 0.0, "outputs": []}
+
+
+def _summarise(rows: dict) -> dict:
+    out = {}
+    for name, r in rows.items():
+        lengths = r["accepted_lengths"]
+        out[name] = {"tokens": r["tokens"], "seconds": r["seconds"], "tok_per_s": r["tokens"] / max(r["seconds"], 1e-9),
+                     "mean_accepted_length": sum(lengths) / max(len(lengths), 1),
+                     "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
+                     "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"])}
+    base_tps = out["plain"]["tok_per_s"]
+    reference = rows["plain"]["outputs"]
+    for name, row in out.items():
+        row["speedup"] = row["tok_per_s"] / base_tps
+        row["identical_to_plain"] = rows[name]["outputs"] == reference
+        row["identical_prompts"] = sum(a == b for a, b in zip(rows[name]["outputs"], reference))
+    return out
+
+
+def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> dict:
+    """Every setting runs each prompt in turn (interleaved, so machine noise hits all settings alike). With
+    `checkpoint`, the partial result is rewritten after every prompt."""
     from eagle_trt.runtime import EagleEngine
 
     prompts = _encode_all(cfg)
-    plain = EagleEngine.load(cfg.base, None, tree="chain:1", device=cfg.device, dtype=cfg.dtype)
-    stop = plain.base_spec.eos_token_ids
-    echo(f"plain decoding: {len(prompts)} prompts x {cfg.max_tokens} tokens ...")
-    rows = {"plain": _measure(plain, prompts, cfg.max_tokens, stop)}
-    del plain
-    for tree in cfg.trees:
-        echo(f"EAGLE {tree} ...")
-        engine = EagleEngine.load(cfg.base, cfg.draft, tree=tree, device=cfg.device, dtype=cfg.dtype)
-        rows[tree] = _measure(engine, prompts, cfg.max_tokens, stop)
-        del engine
-    base_tps = rows["plain"]["tok_per_s"]
-    reference = rows["plain"]["outputs"]
-    for row in rows.values():
-        row["speedup"] = row["tok_per_s"] / base_tps
-        row["identical_to_plain"] = row.pop("outputs") == reference
-    return {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": rows,
-            "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()}}
+    settings = _settings(cfg)
+    engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype)
+               for name, (d, t) in settings.items()}
+    stop = engines["plain"].base_spec.eos_token_ids
+    for engine in engines.values():
+        engine.generate_all(prompts[0], 8, stop_token_ids=stop)  # warm-up
+    echo(f"{len(prompts)} prompts x {cfg.max_tokens} tokens, settings: {', '.join(settings)}")
+    rows = {name: _empty_row() for name in settings}
+    result = {}
+    for i, ids in enumerate(prompts):
+        for name, engine in engines.items():
+            t0 = time.perf_counter()
+            res = engine.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
+            r = rows[name]
+            r["seconds"] += time.perf_counter() - t0
+            r["tokens"] += len(res.token_ids)
+            r["accepted_lengths"] += res.stats.accepted_lengths
+            r["drafted"] += res.stats.num_draft_tokens
+            r["accepted"] += res.stats.num_accepted_draft_tokens
+            r["draft_s"] += res.stats.draft_time_s
+            r["verify_s"] += res.stats.verify_time_s
+            r["outputs"].append(res.token_ids)
+        result = {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": _summarise(rows),
+                  "prompts_done": i + 1, "prompts_total": len(prompts),
+                  "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()}}
+        if checkpoint is not None:
+            checkpoint.write_text(json.dumps(result, indent=2))
+        if (i + 1) % 10 == 0 or i + 1 == len(prompts):
+            taus = ", ".join(f"{n} {r['mean_accepted_length']:.2f}" for n, r in result["rows"].items() if n != "plain")
+            echo(f"  {i + 1}/{len(prompts)} prompts; tau: {taus}")
+    return result
 
 
 def format_table(result: dict) -> str:
     lines = ["| setting | tok/s | speedup | mean accepted length | acceptance rate | draft s | verify s | identical |",
              "|---|---|---|---|---|---|---|---|"]
+    n = result.get("prompts_total", 0)
     for name, r in result["rows"].items():
         lines.append(f"| {name} | {r['tok_per_s']:.1f} | {r['speedup']:.2f}x | {r['mean_accepted_length']:.2f} | "
                      f"{r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | {r['verify_s']:.1f} | "
-                     f"{'yes' if r['identical_to_plain'] else 'NO'} |")
+                     f"{'yes' if r['identical_to_plain'] else 'NO'} ({r['identical_prompts']}/{n}) |")
     return "\n".join(lines)
 
 

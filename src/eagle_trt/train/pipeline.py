@@ -91,7 +91,8 @@ def run(req: TrainRequest, progress=None) -> dict:
                                  replace(req.data, answer=False, shard_records=256), capture=capture,
                                  progress=progress and progress("data", len(extra)))
     if capture:  # shards of an EAGLE-1 run in the same work dir: add the captured layers, keep the answers
-        add_captured(req.base_dir, paths + (paths_tf if extra else []), capture)
+        add_captured(req.base_dir, paths + (paths_tf if extra else []), capture,
+                     progress=progress and progress("data", None))
     t_data = time.time() - t0
     records = load_records(paths)
     if len(records) < 2:
