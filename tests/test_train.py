@@ -111,3 +111,27 @@ def test_bad_arguments(tiny_base, tmp_path):
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--epochs", "0"])
     assert res.exit_code == 1 and "--epochs must be >= 1" in res.output
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(tiny_base, tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hello"}) + "\n")
+    res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(prompts), "-o",
+                                    str(tmp_path / "d"), "--device", "cuda"])
+    assert res.exit_code == 1 and "no CUDA device" in res.output and not (tmp_path / "d").exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["eagle1", "eagle3"])
+def test_training_on_cuda(tiny_base, tmp_path, fmt):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p + f" #{i}"}) + "\n" for i, p in enumerate(PROMPTS)))
+    res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(prompts), "-o",
+                                    str(tmp_path / "d"), "--format", fmt, "--device", "cuda", "--gen-tokens", "16",
+                                    "--epochs", "3", "--batch-size", "256", "--draft-vocab", "256", "--json"])
+    assert res.exit_code == 0, res.output
+    assert DraftSpec.from_dir(tmp_path / "d").format == fmt

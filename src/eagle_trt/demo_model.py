@@ -20,7 +20,9 @@ from eagle_trt.fsutil import atomic_directory
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEMO_DIR_NAME = "smollm2-135m-instruct"
-DRAFT_DIR = Path(__file__).parent / "data" / "drafts" / "smollm2-eagle1"
+DRAFTS_ROOT = Path(__file__).parent / "data" / "drafts"
+DRAFT_DIRS = {"eagle1": DRAFTS_ROOT / "smollm2-eagle1", "eagle3": DRAFTS_ROOT / "smollm2-eagle3"}
+DRAFT_DIR = DRAFT_DIRS["eagle1"]  # the default draft (what `make demo` serves)
 
 
 def cache_root() -> Path:
@@ -87,9 +89,13 @@ def _write_tokenizer(gguf_file: Path, out: Path) -> None:
     tok.save_pretrained(str(out))
 
 
-def shipped_draft_dir() -> Path:
-    """Our EAGLE-1 draft for SmolLM2-135M-Instruct (trained by `eagle-trt train-draft`, see its README)."""
-    if not (DRAFT_DIR / "config.json").exists():
-        raise EagleTrtError(f"the shipped SmolLM2 draft is missing at {DRAFT_DIR}",
+def shipped_draft_dir(fmt: str = "eagle1") -> Path:
+    """Our draft for SmolLM2-135M-Instruct (trained by `eagle-trt train-draft`, see its README): EAGLE-1/2 by
+    default, or the EAGLE-3 one."""
+    if fmt not in DRAFT_DIRS:
+        raise EagleTrtError(f"no shipped draft of format {fmt!r}", f"use one of {', '.join(DRAFT_DIRS)}")
+    path = DRAFT_DIRS[fmt]
+    if not (path / "config.json").exists():
+        raise EagleTrtError(f"the shipped SmolLM2 draft is missing at {path}",
                             "train one with scripts/train_smollm2_draft.sh or reinstall eagle-trt")
-    return DRAFT_DIR
+    return path

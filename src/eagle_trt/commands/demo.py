@@ -17,7 +17,9 @@ DEMO_TREE = "chain:2"  # on 2 CPU cores verification cost grows with tree size: 
 @click.option("--requests", type=int, default=8, show_default=True, help="MT-bench prompts to measure.")
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--tree", default=DEMO_TREE, show_default=True, help="Runtime tree of the PyTorch engine.")
-def demo_cmd(out_dir, requests, max_tokens, tree):
+@click.option("--draft-format", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True,
+              help="Which shipped SmolLM2 draft to serve.")
+def demo_cmd(out_dir, requests, max_tokens, tree, draft_format):
     """Build, serve and measure the embedded default end to end; print speedup, mean accepted length and whether
     eagle and base outputs are identical.
 
@@ -33,7 +35,7 @@ def demo_cmd(out_dir, requests, max_tokens, tree):
     t0 = time.time()
     say = (lambda msg: click.echo(msg, err=True))
     say("[1/3] demo base and draft")
-    base, draft = materialize_demo_base(), shipped_draft_dir()
+    base, draft = materialize_demo_base(), shipped_draft_dir(draft_format)
     say(f"  base  {base}\n  draft {draft}")
     say(f"[2/3] eagle-trt build --engine pytorch --tree {tree} -o {out_dir}")
     plan = plan_build(base, draft, out_dir, engine="pytorch", runtime_tree=tree, device="cpu")

@@ -48,7 +48,8 @@ def _progress(stage: str, total):
 @click.option("--ttt-steps", type=int, default=7, show_default=True,
               help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="Where the base answers and the draft trains.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
@@ -74,8 +75,15 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
                         ("--batch-size", batch_size), ("--draft-vocab", draft_vocab), ("--ttt-steps", ttt_steps)):
         if value < 1:
             raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EagleTrtError("--device cuda: no CUDA device is visible to PyTorch",
+                                "run on a machine with a GPU and a CUDA build of torch, or use --device cpu")
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
-                       DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed),
+                       DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed,
+                                  device=device),
                        TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps),
                        Eagle3TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, ttt_steps=ttt_steps, seed=seed,
                                          max_steps=max_steps),

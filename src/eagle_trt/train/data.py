@@ -32,6 +32,7 @@ class DataConfig:
     shard_records: int = 64
     seed: int = 0
     chat_template: bool = True
+    device: str = "cpu"  # where the base runs to answer and to compute features ("cuda" on a GPU)
     answer: bool = True  # False: teacher-force the templated prompts only (no generation; features are still
     #                     the base's own, so they are valid EAGLE targets and cost one forward per prompt)
 
@@ -69,9 +70,10 @@ def generate_data(base_dir: Path, prompts: list[str], data_dir: Path, cfg: DataC
     tok.padding_side = "left"
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    hf = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval() if cfg.answer else None
+    hf = (AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).to(cfg.device).eval()
+          if cfg.answer else None)
     spec = ModelSpec.from_dir(base_dir)
-    ours = load_base(spec, torch.float32, "cpu")
+    ours = load_base(spec, torch.float32, cfg.device)
     ours.setup_cache(cfg.max_prompt_tokens + cfg.gen_tokens + 8)
     stop = set(spec.eos_token_ids)
     torch.manual_seed(cfg.seed)
@@ -109,7 +111,7 @@ def _answer(hf, tok, batch: list[str], cfg: DataConfig, stop: set[int]) -> Itera
     else:
         texts = batch
     enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=cfg.max_prompt_tokens,
-              add_special_tokens=False)
+              add_special_tokens=False).to(cfg.device)
     sample = cfg.temperature > 0
     out = hf.generate(**enc, max_new_tokens=cfg.gen_tokens, do_sample=sample,
                       temperature=cfg.temperature if sample else None, top_p=None, top_k=None,
@@ -127,12 +129,13 @@ def _answer(hf, tok, batch: list[str], cfg: DataConfig, stop: set[int]) -> Itera
 
 @torch.inference_mode()
 def _features(model, ids: list[int], n_prompt: int, capture: tuple[int, ...]) -> dict:
+    device = model.embed_tokens.weight.device
     t = torch.tensor(ids)
-    logits, hidden, captured = model(t, torch.arange(len(ids)), 0, capture=capture)
-    rec = {"input_ids": t, "n_prompt": n_prompt, "features": hidden.to(torch.float16),
-           "greedy": logits.argmax(-1)}  # the base's own next token at every position (EAGLE-3's vocab mask)
+    logits, hidden, captured = model(t.to(device), torch.arange(len(ids), device=device), 0, capture=capture)
+    rec = {"input_ids": t, "n_prompt": n_prompt, "features": hidden.to("cpu", torch.float16),
+           "greedy": logits.argmax(-1).cpu()}  # the base's own next token at every position (EAGLE-3's vocab mask)
     if captured is not None:
-        rec["captured"] = captured.to(torch.float16)
+        rec["captured"] = captured.to("cpu", torch.float16)
     return rec
 
 
@@ -166,7 +169,8 @@ def load_records(paths: list[Path]) -> list[dict]:
     return records
 
 
-def add_captured(base_dir: Path, paths: list[Path], capture: tuple[int, ...], progress=None) -> None:
+def add_captured(base_dir: Path, paths: list[Path], capture: tuple[int, ...], progress=None,
+                 device: str = "cpu") -> None:
     """Give shards written without EAGLE-3 features (an EAGLE-1 run's data) the captured layers and the base's
     greedy tokens, by teacher-forcing their token ids once: the answers are reused, not regenerated. Each shard is
     replaced atomically, so an interrupted upgrade resumes."""
@@ -187,7 +191,7 @@ def add_captured(base_dir: Path, paths: list[Path], capture: tuple[int, ...], pr
     for path in todo:
         old = load_records([path])
         if ours is None:
-            ours = load_base(ModelSpec.from_dir(base_dir), torch.float32, "cpu")
+            ours = load_base(ModelSpec.from_dir(base_dir), torch.float32, device)
         ours.setup_cache(max(len(r["input_ids"]) for r in old) + 8)
         new = [_features(ours, r["input_ids"].tolist(), r["n_prompt"], capture) for r in old]
         tmp = path.with_suffix(".tmp")

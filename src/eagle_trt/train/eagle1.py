@@ -95,7 +95,7 @@ def draft_forward(draft: Eagle1Draft, ids, feats, positions, mask):
 
 
 def losses(draft: Eagle1Draft, head_rows: torch.Tensor, batch, cfg: TrainConfig, noise: bool):
-    ids, feats, targets, positions, mask = batch
+    ids, feats, targets, positions, mask = (t.to(head_rows.device) for t in batch)
     if noise and cfg.noise > 0:
         rms = feats.pow(2).mean().sqrt()
         feats = feats + (torch.rand_like(feats) - 0.5) * cfg.noise * rms

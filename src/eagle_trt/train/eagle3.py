@@ -73,7 +73,7 @@ def init_from_base(draft: Eagle3Draft, base: Llama, used: torch.Tensor, std: flo
         mid.hidden_norm.weight.copy_(src.input_layernorm.weight)
         mid.post_attention_layernorm.weight.copy_(src.post_attention_layernorm.weight)
         draft.norm.weight.copy_(base.norm.weight)
-        draft.lm_head.weight.copy_(base.lm_head.weight[used])
+        draft.lm_head.weight.copy_(base.lm_head.weight[used.to(base.lm_head.weight.device)])
         draft.d2t.copy_(used - torch.arange(used.numel()))
 
 
@@ -157,10 +157,12 @@ def ttt_forward(draft: Eagle3Draft, batch: dict, steps: int) -> list[torch.Tenso
 def ttt_losses(draft: Eagle3Draft, head_rows: torch.Tensor, t2d: torch.Tensor, batch: dict,
                cfg: Eagle3TrainConfig) -> tuple[torch.Tensor, list[float]]:
     """(weighted loss, top-1 agreement with the base's greedy token per step)."""
+    batch = {k: v.to(head_rows.device) for k, v in batch.items()}
+    t2d = t2d.to(head_rows.device)
     with torch.no_grad():
         teacher = torch.softmax(batch["features"] @ head_rows.T, dim=-1)  # [sum L, V_d]
         in_vocab = t2d[batch["greedy"]]
-    used = draft.d2t + torch.arange(draft.d2t.numel())
+    used = draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device)
     total, accs = 0.0, []
     for j, out in enumerate(ttt_forward(draft, batch, cfg.ttt_steps)):
         idx = batch["target_index"][j]
@@ -184,7 +186,7 @@ def train_eagle3(draft: Eagle3Draft, lm_head_weight: torch.Tensor, t2d: torch.Te
     `train_eagle1`."""
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
-    used = (draft.d2t + torch.arange(draft.d2t.numel())).detach()
+    used = (draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device)).detach()
     head_rows = lm_head_weight[used].detach()
     params = [p for n, p in draft.named_parameters() if not n.startswith("embed_tokens")]
     for p in params:
@@ -220,7 +222,7 @@ def train_eagle3(draft: Eagle3Draft, lm_head_weight: torch.Tensor, t2d: torch.Te
 def evaluate3(draft: Eagle3Draft, lm_head_weight: torch.Tensor, t2d: torch.Tensor, records: list[dict],
               cfg: Eagle3TrainConfig) -> dict:
     """Held-out loss and per-step top-1 agreement with the base (teacher-forced tokens, own features)."""
-    used = draft.d2t + torch.arange(draft.d2t.numel())
+    used = draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device)
     head_rows = lm_head_weight[used]
     chunks = pack(records, cfg.chunk_tokens, random.Random(0))
     loss, accs = 0.0, [0.0] * cfg.ttt_steps

@@ -92,7 +92,7 @@ def run(req: TrainRequest, progress=None) -> dict:
                                  progress=progress and progress("data", len(extra)))
     if capture:  # shards of an EAGLE-1 run in the same work dir: add the captured layers, keep the answers
         add_captured(req.base_dir, paths + (paths_tf if extra else []), capture,
-                     progress=progress and progress("data", None))
+                     progress=progress and progress("data", None), device=req.data.device)
     t_data = time.time() - t0
     records = load_records(paths)
     if len(records) < 2:
@@ -102,7 +102,7 @@ def run(req: TrainRequest, progress=None) -> dict:
     held, train = records[:n_held], records[n_held:]
     if extra:
         train += load_records(paths_tf)
-    base = load_base(base_spec, torch.float32, "cpu")
+    base = load_base(base_spec, torch.float32, req.data.device)
     trainer = _Eagle3Trainer(req, base_spec, base, train) if req.format == "eagle3" else _Eagle1Trainer(
         req, base_spec, base)
     draft = trainer.draft
@@ -136,7 +136,7 @@ def run(req: TrainRequest, progress=None) -> dict:
               "data_time_s": round(t_data, 1), "train_time_s": round(t_train, 1)}
     trainer.save(req.out_dir, record)
     record["heldout_tau"] = measure_tau(req.base_dir, req.out_dir, prompts[:n_held][: req.eval_prompts],
-                                        req.eval_tokens, req.eval_tree)
+                                        req.eval_tokens, req.eval_tree, req.data.device)
     cfg = json.loads((req.out_dir / "config.json").read_text(encoding="utf-8"))
     cfg["eagle_trt_training"] = record
     (req.out_dir / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -162,6 +162,7 @@ class _Eagle1Trainer:
         self.req, self.base_spec, self.base, self.config = req, base_spec, base, req.train
         self.draft = build_draft(_draft_spec_for(base_spec), base_spec, base)
         init_from_identity(self.draft)
+        self.draft.to(req.data.device)
 
     def train(self, records, on_step, state):
         return train_eagle1(self.draft, self.base.lm_head.weight, records, self.config, on_step=on_step, state=state)
@@ -185,6 +186,7 @@ class _Eagle3Trainer:
         _, self.t2d = vocab_maps(used, base_spec.vocab_size)
         self.draft = build_draft(_draft_spec_for(base_spec, "eagle3", len(used)), base_spec, base)
         init_from_base(self.draft, base, used)
+        self.draft.to(req.data.device)
 
     def train(self, records, on_step, state):
         from eagle_trt.train.eagle3 import train_eagle3
@@ -204,14 +206,15 @@ class _Eagle3Trainer:
                    force=True)
 
 
-def measure_tau(base_dir: Path, draft_dir: Path, prompts: list[str], max_tokens: int, tree: str) -> float:
+def measure_tau(base_dir: Path, draft_dir: Path, prompts: list[str], max_tokens: int, tree: str,
+                device: str = "cpu") -> float:
     """Mean accepted length (greedy) of the saved draft on held-out prompts, through the runtime."""
     from transformers import AutoTokenizer
 
     from eagle_trt.runtime import EagleEngine
 
     tok = AutoTokenizer.from_pretrained(base_dir)
-    engine = EagleEngine.load(base_dir, draft_dir, tree=tree)
+    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device)
     lengths = []
     for p in prompts:
         ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
