@@ -81,6 +81,14 @@ def test_demo_model_prints_its_directory_last(monkeypatch, tmp_path):
         assert draft.exit_code == 0 and draft.output.strip().splitlines()[-1] == str(DRAFT_DIR)
     else:
         assert draft.exit_code == 1 and "shipped SmolLM2 draft is missing" in draft.output
+    from eagle_trt.demo_model import DRAFT_DIRS
+    from eagle_trt.spec import DraftSpec
+
+    draft3 = CliRunner().invoke(main, ["demo-model", "--draft", "--format", "eagle3"])
+    assert draft3.exit_code == 0, draft3.output
+    assert draft3.output.strip().splitlines()[-1] == str(DRAFT_DIRS["eagle3"])
+    assert DraftSpec.from_dir(DRAFT_DIRS["eagle3"]).format == "eagle3"
+    assert DraftSpec.from_dir(DRAFT_DIR).format == "eagle1"
 
 
 def test_demo_base_says_paris():
