@@ -1,6 +1,6 @@
 """Greedy identity on the real model: SmolLM2-135M-Instruct (fp32) with our trained drafts, EAGLE output equals plain
-decoding token for token on all 80 MT-bench first turns (EAGLE-1 draft, chain tree) and all 164 HumanEval prompts
-(EAGLE-3 draft, dynamic tree).
+decoding token for token on all 80 MT-bench first turns (EAGLE-1 draft, dynamic tree) and all 164 HumanEval prompts
+(EAGLE-3 draft, chain tree).
 
 Batched verification and one-token decoding round differently in the last bits, so a divergence is excused only
 at a numerical tie: the plain top-2 logit gap at the diverging position must be below 1e-4 (research §9).
@@ -24,8 +24,9 @@ def smollm2():
 
     base = materialize_demo_base()
     plain = EagleEngine.load(base, None, tree="chain:1")
-    eagle = {"mt-bench": EagleEngine.load(base, shipped_draft_dir("eagle1"), tree="chain:2"),
-             "humaneval": EagleEngine.load(base, shipped_draft_dir("eagle3"), tree="dynamic:3,3,6")}
+    # the costlier dynamic tree on the smaller prompt set (CI time on 2 cores)
+    eagle = {"mt-bench": EagleEngine.load(base, shipped_draft_dir("eagle1"), tree="dynamic:3,3,6"),
+             "humaneval": EagleEngine.load(base, shipped_draft_dir("eagle3"), tree="chain:2")}
     return AutoTokenizer.from_pretrained(base), plain, eagle
 
 
