@@ -28,7 +28,7 @@ def trained(tiny_base, tmp_path_factory):
     prompts.write_text("".join(json.dumps({"prompt": p + f" #{i}"}) + "\n" for i, p in enumerate(PROMPTS)))
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(prompts), "-o",
                                     str(root / "draft"), "--max-prompts", "24", "--gen-tokens", "24", "--epochs", "25",
-                                    "--batch-size", "256", "--lr", "3e-3", "--json"])
+                                    "--batch-size", "256", "--lr", "3e-3", "--gen-batch-size", "5", "--json"])
     assert res.exit_code == 0, res.output
     record = json.loads(res.output[res.output.index("{"):])
     return root / "draft", record
@@ -40,6 +40,7 @@ def test_saved_draft_reloads_as_eagle1(trained, tiny_base):
     assert spec.format == "eagle1" and spec.has_fc_bias and not spec.has_embed_tokens
     cfg = json.loads((draft / "config.json").read_text())
     assert cfg["eagle_trt_training"]["summary"]["steps"] == record["summary"]["steps"] > 0
+    assert cfg["eagle_trt_training"]["data"]["batch_size"] == 5  # --gen-batch-size: 24 prompts in 5 batches
     assert cfg["num_hidden_layers"] == 1 and cfg["bias"] is True
     names = set(__import__("safetensors").safe_open(str(draft / "model.safetensors"), "pt").keys())
     assert "fc.weight" in names and "layers.0.self_attn.q_proj.weight" in names
@@ -111,6 +112,9 @@ def test_bad_arguments(tiny_base, tmp_path):
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--epochs", "0"])
     assert res.exit_code == 1 and "--epochs must be >= 1" in res.output
+    res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
+                                    "-o", str(tmp_path / "d"), "--gen-batch-size", "0"])
+    assert res.exit_code == 1 and "--gen-batch-size must be >= 1, got 0" in res.output
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(tiny_base, tmp_path):

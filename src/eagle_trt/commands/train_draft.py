@@ -38,6 +38,8 @@ def _progress(stage: str, total):
 @click.option("--gen-tokens", type=int, default=160, show_default=True, help="Answer length per prompt.")
 @click.option("--extra-prompts", type=int, default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
+@click.option("--gen-batch-size", type=int, default=16, show_default=True,
+              help="Prompts the base answers at once while generating data (raise it on a GPU, e.g. 256).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
 @click.option("--epochs", type=int, default=4, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
@@ -53,8 +55,8 @@ def _progress(stage: str, total):
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
-def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, extra_prompts, temperature, epochs,
-                    lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force, as_json):
+def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, gen_batch_size, extra_prompts,
+                    temperature, epochs, lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
     --format eagle1 trains an EAGLE-1/2 head (feature regression + CE through the base lm_head); --format eagle3 an
@@ -72,7 +74,8 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     from eagle_trt.train.pipeline import TrainRequest, run
 
     for name, value in (("--max-prompts", max_prompts), ("--gen-tokens", gen_tokens), ("--epochs", epochs),
-                        ("--batch-size", batch_size), ("--draft-vocab", draft_vocab), ("--ttt-steps", ttt_steps)):
+                        ("--batch-size", batch_size), ("--gen-batch-size", gen_batch_size),
+                        ("--draft-vocab", draft_vocab), ("--ttt-steps", ttt_steps)):
         if value < 1:
             raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
     if device == "cuda":
@@ -82,8 +85,8 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
             raise EagleTrtError("--device cuda: no CUDA device is visible to PyTorch",
                                 "run on a machine with a GPU and a CUDA build of torch, or use --device cpu")
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
-                       DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, temperature=temperature, seed=seed,
-                                  device=device),
+                       DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, batch_size=gen_batch_size,
+                                  temperature=temperature, seed=seed, device=device),
                        TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps),
                        Eagle3TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, ttt_steps=ttt_steps, seed=seed,
                                          max_steps=max_steps),

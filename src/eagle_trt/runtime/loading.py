@@ -78,7 +78,7 @@ def load_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama, dtype: torch.
         if spec.has_embed_tokens and spec.format == "eagle1":
             own = reader.get("embed_tokens.weight")
             if own.shape == base.embed_tokens.weight.shape and not torch.equal(
-                    own.to(base.embed_tokens.weight.dtype), base.embed_tokens.weight):
+                    own.to(base.embed_tokens.weight), base.embed_tokens.weight):
                 draft.embed_tokens = torch.nn.Embedding.from_pretrained(own.to(device=device, dtype=dtype))
     if spec.format == "eagle3" and (spec.draft_vocab_size or spec.vocab_size) == spec.vocab_size:
         draft.d2t.zero_()  # draft vocab == base vocab: identity mapping
