@@ -55,8 +55,12 @@ def test_serve_prints_endpoints_answers_and_stops_on_ctrl_c(bundle, tmp_path):
         assert proc.wait(60) == 0
         assert "tritonserver stopped" in proc.stderr.read()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        if proc.poll() is None:  # SIGTERM takes the same clean path (a SIGKILL would orphan tritonserver)
+            proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", ports[0]), timeout=2).close()
 

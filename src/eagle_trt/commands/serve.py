@@ -37,7 +37,9 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file
                           log_file=log_file or bundle / "tritonserver.log")
     started = time.monotonic()
     click.echo(f"starting tritonserver on {repo} (log {server.log_file})", err=True)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server as cleanly as Ctrl-C
+    # `kill` stops the server as cleanly as Ctrl-C; SIGINT is set too because a shell starts background jobs with
+    # it ignored (`eagle-trt serve ... &`), and a `kill -INT` should still stop the server, not be lost
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start(timeout=timeout)
         ready_s = time.monotonic() - started
@@ -60,7 +62,8 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file
         click.echo("stopping tritonserver ...", err=True)
     finally:
         code = server.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if code is not None:
             click.echo(f"tritonserver stopped (exit code {code})", err=True)
 
