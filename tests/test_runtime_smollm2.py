@@ -54,5 +54,5 @@ def test_eagle_equals_plain_on_smollm2(smollm2, dataset):
             mismatches.append((p.id, i, top2_gap(plain, ids + want[:i])))
     assert all(gap < 1e-4 for _, _, gap in mismatches), mismatches
     assert len(mismatches) <= 2, mismatches
-    # the GPU-trained drafts reach 1.6-2.4 on these sets (drafts' READMEs); the earlier CPU ones 1.2-1.5
+    # the GPU-trained drafts reach 1.7-2.5 on these sets (drafts' READMEs); the earlier CPU ones 1.2-1.8
     assert sum(lengths) / len(lengths) > 1.4, "the shipped draft should get tokens accepted"

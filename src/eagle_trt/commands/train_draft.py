@@ -39,7 +39,7 @@ def _progress(stage: str, total):
 @click.option("--extra-prompts", type=int, default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
 @click.option("--gen-batch-size", type=int, default=16, show_default=True,
-              help="Prompts the base answers at once while generating data (raise it on a GPU, e.g. 256).")
+              help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
 @click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
 @click.option("--epochs", type=int, default=4, show_default=True)
 @click.option("--lr", type=float, default=1e-3, show_default=True)
@@ -56,7 +56,8 @@ def _progress(stage: str, total):
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
 def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, gen_batch_size, extra_prompts,
-                    temperature, epochs, lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force, as_json):
+                    temperature, epochs, lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force,
+                    as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
     --format eagle1 trains an EAGLE-1/2 head (feature regression + CE through the base lm_head); --format eagle3 an
