@@ -9,7 +9,7 @@ at a numerical tie: the plain top-2 logit gap at the diverging position must be 
 import pytest
 import torch
 
-from eagle_trt.commands.generate import encode_prompt
+from eagle_trt.perf.datasets import encode_prompt
 from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts
 
 MAX_TOKENS = 20

@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo-model": ("demo_model", "demo_model_cmd", "Materialize the SmolLM2 demo base (or our draft) and print its dir."),
     "generate": ("generate", "generate_cmd", "Generate text with EAGLE locally (--base) or from a server (--url)."),
     "bench": ("bench", "bench_cmd", "Benchmark the PyTorch runtime: plain vs EAGLE tok/s on a prompt set."),
+    "profile": ("profile", "profile_cmd", "Measure base-forward and draft-step costs on this machine (cost table)."),
     "train-draft": ("train_draft", "train_draft_cmd", "Train an EAGLE-1/2 or EAGLE-3 draft for a base."),
     "convert": ("convert", "convert_cmd", "Convert base + draft into a TensorRT-LLM EAGLE checkpoint."),
     "build": ("build", "build_cmd", "Build a bundle: engines, Triton model repository, perf harness."),

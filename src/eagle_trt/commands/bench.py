@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.runtime.fast import PRECISIONS
+
 
 @click.command("bench")
 @click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path))
@@ -18,10 +20,14 @@ import click
 @click.option("--prompts", type=int, default=10, show_default=True, help="0 = every prompt of the dataset.")
 @click.option("--max-tokens", type=int, default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
+              help="int8: int8 linears on the CPU (runtime.fast), plain and EAGLE alike.")
+@click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
+              help="FR-Spec: an EAGLE-1/2 draft proposes among its N most frequent tokens (0: full vocabulary; "
+                   "default: the draft's draft_vocab.json if it has one).")
 @click.option("--chat/--no-chat", default=True, show_default=True)
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
-def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, chat, json_out):
+def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, draft_vocab, chat, json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
 
     Settings run each prompt in turn (interleaved), the JSON is rewritten after every prompt (an interrupted run
@@ -35,7 +41,7 @@ def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device,
     from eagle_trt.perf.bench_runtime import BenchConfig, format_table, run_bench
 
     cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
-                      max_tokens, device, dtype, chat)
+                      max_tokens, device, dtype, chat, draft_vocab)
     result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out)
     json_out.write_text(json.dumps(result, indent=2))
     click.echo(format_table(result))

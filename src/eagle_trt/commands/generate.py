@@ -9,19 +9,8 @@ from pathlib import Path
 import click
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.perf.datasets import encode_prompt
 from eagle_trt.tree import TREE_ARG_HELP
-
-
-def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """Token ids of the prompt, through the base's chat template when `chat` (and the tokenizer has one)."""
-    if chat:
-        if not getattr(tokenizer, "chat_template", None):
-            raise EagleTrtError("--chat was requested but the base has no chat template",
-                                "pass --no-chat, or use a base directory with a chat template")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return tokenizer(prompt)["input_ids"]
 
 
 def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool, max_tokens: int, sampling,

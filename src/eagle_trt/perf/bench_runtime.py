@@ -26,6 +26,7 @@ class BenchConfig:
     device: str = "cpu"
     dtype: str = "float32"
     chat: bool = True
+    draft_vocab: int | None = None  # FR-Spec size for EAGLE-1/2 drafts (None: the draft's file, 0: full)
 
     @property
     def drafts(self) -> tuple[Path, ...]:
@@ -37,8 +38,7 @@ class BenchConfig:
 def _encode_all(cfg: BenchConfig) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from eagle_trt.commands.generate import encode_prompt
-    from eagle_trt.perf.datasets import load_dataset
+    from eagle_trt.perf.datasets import encode_prompt, load_dataset
 
     tok = AutoTokenizer.from_pretrained(cfg.base)
     prompts = load_dataset(cfg.dataset)
@@ -89,8 +89,8 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
 
     prompts = _encode_all(cfg)
     settings = _settings(cfg)
-    engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype)
-               for name, (d, t) in settings.items()}
+    engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
+                                      draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
     stop = engines["plain"].base_spec.eos_token_ids
     for engine in engines.values():
         engine.generate_all(prompts[0], 8, stop_token_ids=stop)  # warm-up

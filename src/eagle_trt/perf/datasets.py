@@ -11,6 +11,9 @@ from pathlib import Path
 from eagle_trt.errors import EagleTrtError
 
 PACKAGED_MT_BENCH = Path(__file__).resolve().parent.parent / "data" / "mt_bench_question.jsonl"
+# The first 48 ShareGPT first turns of shared/data/sharegpt_prompts.jsonl: held out of the shipped drafts' training
+# (train-draft holds out the first 5 % of its prompts), used to calibrate `--tree auto`. Never MT-bench or HumanEval.
+PACKAGED_CALIBRATION = Path(__file__).resolve().parent.parent / "data" / "calibration_prompts.jsonl"
 
 
 @dataclass(frozen=True)
@@ -74,14 +77,28 @@ def _user_turns(rec: dict) -> list[str]:
 
 
 def load_dataset(name: str) -> list[Prompt]:
-    """'mt-bench', 'humaneval' or a JSONL file path."""
+    """'mt-bench', 'humaneval', 'calibration' (held-out ShareGPT, for the tree tuner) or a JSONL file path."""
     if name in ("mt-bench", "mtbench"):
         return mtbench_prompts()
+    if name == "calibration":
+        return jsonl_prompts(PACKAGED_CALIBRATION)
     if name == "humaneval":
         return humaneval_prompts()
     if Path(name).exists():
         return jsonl_prompts(name)
     raise EagleTrtError(f"unknown dataset {name!r}", "use mt-bench, humaneval or a JSONL file of prompts")
+
+
+def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
+    """Token ids of the prompt, through the base's chat template when `chat` (and the tokenizer has one)."""
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise EagleTrtError("--chat was requested but the base has no chat template",
+                                "pass --no-chat, or use a base directory with a chat template")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return tokenizer(prompt)["input_ids"]
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -60,6 +60,7 @@ class Eagle1Draft(DraftHead):
         self.fc = nn.Linear(2 * args.hidden_size, args.hidden_size, bias=bias)
         self.layer = DecoderLayer(args, input_norm=False)
         self.embed_tokens, self.lm_head = embed, lm_head  # shared with the base (frozen)
+        self.vocab_ids: torch.Tensor | None = None  # [n] base ids of the head's rows when truncated (FR-Spec)
         self.cache = self.rope = None
 
     def base_features(self, hidden, captured):
@@ -74,6 +75,9 @@ class Eagle1Draft(DraftHead):
 
     def log_probs(self, out):
         return F.log_softmax(self.lm_head(out).float(), dim=-1)
+
+    def to_base_ids(self, draft_ids):
+        return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]
 
     @staticmethod
     def hf_names() -> dict[str, str]:

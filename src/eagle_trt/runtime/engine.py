@@ -16,7 +16,8 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
-from eagle_trt.runtime.loading import load_base, load_draft, torch_dtype
+from eagle_trt.runtime.fast import check_precision, prepare, truncate_draft_vocab
+from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, torch_dtype
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import TreeConfig, parse_tree_arg
@@ -87,6 +88,8 @@ class EagleEngine:
     def __init__(self, base, draft, base_spec: ModelSpec, tree: TreeConfig, device: str, max_seq_len: int):
         self.base, self.draft, self.base_spec = base, draft, base_spec
         self.tree, self.device, self.max_seq_len = tree, device, max_seq_len
+        self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
+        self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.plan = StaticPlan.of(tree.tree) if tree.kind != "dynamic" else None
         self.capture = base.args.eagle3_layers if draft is not None and draft.format == "eagle3" else ()
         room = max_seq_len + tree.max_draft_tokens + 2
@@ -96,9 +99,13 @@ class EagleEngine:
 
     @classmethod
     def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = "dynamic:5,8,48",
-             device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None) -> EagleEngine:
+             device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None,
+             draft_vocab: int | None = None) -> EagleEngine:
+        """dtype: float32 | float16 | bfloat16 | int8 (CPU: int8 linears, runtime.fast); draft_vocab: FR-Spec size
+        of an EAGLE-1/2 draft's vocabulary (None: the draft's draft_vocab.json if it has one; 0: full)."""
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise EagleTrtError(f"device {device!r} requested but CUDA is not available", "use --device cpu")
+        check_precision(dtype, device)
         base_spec = ModelSpec.from_dir(base_dir)
         draft_spec = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
         if draft_spec is not None:
@@ -108,7 +115,17 @@ class EagleEngine:
         dt = torch_dtype(dtype)
         base = load_base(base_spec, dt, device)
         draft = load_draft(draft_spec, base_spec, base, dt, device) if draft_spec is not None else None
-        return cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
+        prepare(base, draft, dtype)
+        if draft is not None and draft.format == "eagle1":
+            ids = draft_vocab_ids(draft_spec.path, draft_vocab)
+            if ids is not None:
+                truncate_draft_vocab(draft, ids)
+        elif draft is not None and draft_vocab:
+            raise EagleTrtError(f"--draft-vocab {draft_vocab} applies to EAGLE-1/2 drafts only",
+                                "EAGLE-3 drafts carry their own vocabulary; drop --draft-vocab")
+        engine = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
+        engine.precision = dtype
+        return engine
 
     # ---- public API ---------------------------------------------------------------------------------------------
     def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
@@ -163,6 +180,8 @@ class EagleEngine:
             positions = length + tree.depths
             logits, hidden, captured = self.base(tree.tokens, positions, length, tree_mask=tree.mask,
                                                  capture=self.capture)
+            if self.on_verify is not None:
+                self.on_verify(tree, logits)
             if sampling.greedy:
                 path, bonus = accept_greedy(logits, tree)
             else:

@@ -10,13 +10,38 @@ from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft
 from eagle_trt.runtime.model import Llama, LlamaArgs
 from eagle_trt.spec import DraftSpec, ModelSpec
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "int8": torch.float32}  # int8: loaded in fp32, then quantized by runtime.fast.prepare
+DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [...most frequent first], "source": "..."}
 
 
 def torch_dtype(name: str) -> torch.dtype:
     if name not in DTYPES:
         raise EagleTrtError(f"unsupported dtype {name!r}", f"choose one of {', '.join(DTYPES)}")
     return DTYPES[name]
+
+
+def draft_vocab_ids(draft_dir, size: int | None) -> torch.Tensor | None:
+    """The first `size` ids of the draft's frequency-ordered vocabulary file ([n] int64); None = all of the file
+    if there is one, else no truncation; 0 = no truncation."""
+    import json
+    from pathlib import Path
+
+    path = Path(draft_dir) / DRAFT_VOCAB_FILE
+    if size == 0 or (size is None and not path.exists()):
+        return None
+    if not path.exists():
+        raise EagleTrtError(f"--draft-vocab {size} needs {path}, which does not exist",
+                            "train-draft writes it; or pass --draft-vocab 0 for the full vocabulary")
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))["token_ids"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EagleTrtError(f"{path} is not a draft vocabulary file: {exc}",
+                            'it must hold {"token_ids": [most frequent first]}') from None
+    if size is not None and size > len(ids):
+        raise EagleTrtError(f"--draft-vocab {size} exceeds the {len(ids)} ids in {path}",
+                            f"pass at most {len(ids)}, or 0 for the full vocabulary")
+    return torch.tensor(ids[:size] if size else ids, dtype=torch.long)  # [n]
 
 
 def _fill(module: torch.nn.Module, reader, names: dict[str, str], where: str, optional=()) -> None:

@@ -109,6 +109,31 @@ class PackedTreeMask:
     dense: torch.Tensor  # [T, start+T] bool, for the fallback
 
 
+@dataclass(frozen=True)
+class ExactMask:
+    """Run `exact_attention` (batch-invariant models) with this dense [T, S] mask (None: all visible)."""
+
+    dense: torch.Tensor | None
+
+
+def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Attention in float64, rounded to float32 at the end. Sums over keys in float64 do not depend, to float32
+    precision, on how many rows run together or on masked keys between the visible ones (a tree's siblings), so a
+    one-token decode step and a tree node on the same path compute the same float32 bits. With int8 linears
+    (runtime.fast) that makes the whole forward batch-invariant: EAGLE's output equals plain decoding's exactly.
+    q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool or None (only its last T columns may hold False:
+    the cached prefix is visible to every row, as `block_mask` builds it)."""
+    heads, t, d = q.shape
+    kv_heads = k.shape[0]
+    group = heads // kv_heads
+    scores = torch.matmul(q.double().reshape(kv_heads, group * t, d), k.double().transpose(1, 2))  # [KV, g*T, S]
+    scores = scores.mul_(d ** -0.5).view(kv_heads, group, t, -1)
+    if mask is not None:
+        scores[..., -t:].masked_fill_(~mask[:, -t:], float("-inf"))  # the block's own columns
+    probs = torch.softmax(scores, dim=-1).view(kv_heads, group * t, -1)
+    return torch.matmul(probs, v.double()).view(heads, t, d).to(q.dtype)  # [heads, T, D]
+
+
 def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
     """[T, T] bool -> [T, ceil(T/32)] int32 (bit j of word j//32, LSB first), on mask's device."""
     t = mask.shape[1]
@@ -123,7 +148,8 @@ def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
     """q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool (True = visible), a PackedTreeMask (CUDA tree
-    verification: runs plugins.tree_attention) or None for 'all visible'. The one place attention is computed."""
+    verification: runs plugins.tree_attention), an ExactMask (`exact_attention`) or None for 'all visible'. The one
+    place attention is computed."""
     if isinstance(mask, PackedTreeMask):
         from eagle_trt.plugins.tree_attention import tree_attention
 
@@ -132,6 +158,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.
                              torch.tensor([0, t], dtype=torch.int32, device=q.device),
                              torch.tensor([mask.start], dtype=torch.int32, device=q.device), max_tree_len=t)
         return out.transpose(0, 1)
+    if isinstance(mask, ExactMask):
+        return exact_attention(q, k, v, mask.dense)
     return F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                           enable_gqa=q.shape[0] != k.shape[0]).squeeze(0)
 
@@ -145,14 +173,23 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, args.hidden_size, bias=False)
+        self.qkv_proj: nn.Module | None = None  # q|k|v in one matmul, set by runtime.fast.fuse_projections
+
+    def project(self, x: torch.Tensor):
+        """x: [T, in] -> q [T, heads*D], k [T, kv_heads*D], v [T, kv_heads*D]."""
+        if self.qkv_proj is None:
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        kv = self.kv_heads * self.head_dim
+        return self.qkv_proj(x).split((self.heads * self.head_dim, kv, kv), dim=-1)
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask):
         # x: [T, in_features]; writes K/V at slots start..start+T-1, attends over slots 0..start+T-1
         t = x.shape[0]
-        q = apply_rope(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
+        q, k, v = self.project(x)
+        q = apply_rope(q.view(t, self.heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(t, self.kv_heads, self.head_dim), cos, sin)
         cache.k[layer, :, start:start + t] = k.transpose(0, 1)
-        cache.v[layer, :, start:start + t] = self.v_proj(x).view(t, self.kv_heads, self.head_dim).transpose(0, 1)
+        cache.v[layer, :, start:start + t] = v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)
         end = start + t
         out = attention(q.transpose(0, 1), cache.k[layer, :, :end], cache.v[layer, :, :end], mask)
         return self.o_proj(out.transpose(0, 1).reshape(t, self.heads * self.head_dim))
@@ -164,9 +201,13 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.gate_up_proj: nn.Module | None = None  # gate|up in one matmul, set by runtime.fast.fuse_projections
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, I] each
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -223,6 +264,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.cache: KVCache | None = None
         self.rope: Rope | None = None
+        self.batch_invariant = False  # set by runtime.fast.prepare for int8: attention runs exact_attention
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
@@ -241,6 +283,8 @@ class Llama(nn.Module):
         x = self.embed_tokens(input_ids)  # [T, H]
         cos, sin = self.rope(positions)
         mask = block_mask(start, tree_mask, t, x.device)
+        if self.batch_invariant:
+            mask = ExactMask(mask)
         if tree_mask is not None and x.is_cuda and use_tree_kernel():
             mask = PackedTreeMask(start, pack_mask_torch(tree_mask), mask)
         saved = {}

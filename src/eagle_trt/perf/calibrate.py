@@ -1,0 +1,190 @@
+"""`--tree auto`, the measurements: the cost table of this machine (perf/profile.py), the draft's acceptance by depth
+and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), and the accepted length
+of a few EAGLE-2 dynamic trees; perf/tree_tuner.py turns them into a choice. The result is cached per (base, draft,
+device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
+SmolLM2 on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eagle_trt.perf.profile import ProfileConfig, profile_engine
+from eagle_trt.perf.tree_tuner import CostModel, TreeChoice, best_static_tree, dynamic_step_ms
+from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg
+
+TUNER_VERSION = 1  # bump when what is measured or how it is scored changes: old cache entries are ignored
+AUTO = "auto"
+PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
+DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    base: Path
+    draft: Path
+    device: str = "cpu"
+    dtype: str = "float32"
+    draft_vocab: int | None = None
+    prompts: int = 16  # calibration prompts
+    max_tokens: int = 48
+    max_nodes: int = 32
+
+
+def probe_tree(depth: int = PROBE_DEPTH, width: int = PROBE_WIDTH) -> Tree:
+    """[[0..W-1], [0,0..W-1], ...]: the spine (rank 0) and its W candidates at each depth."""
+    return Tree.from_choices([[0] * d + [r] for d in range(depth) for r in range(width)])
+
+
+class AcceptanceCounter:
+    """Engine on_verify hook: at each spine node the base's greedy token is reached by, walk the candidates."""
+
+    def __init__(self, depth: int, width: int):
+        self.reached = [0] * depth
+        self.hits = [[0] * width for _ in range(depth)]
+
+    def __call__(self, tree, logits: torch.Tensor) -> None:
+        best = logits.argmax(dim=-1).tolist()
+        tokens = tree.tokens.tolist()
+        node = 0
+        for d in range(len(self.reached)):
+            kids = tree.children[node]
+            if not kids:
+                return
+            self.reached[d] += 1
+            match = next((r for r, c in enumerate(kids) if tokens[c] == best[node]), None)
+            if match is None:
+                return
+            self.hits[d][match] += 1
+            if match != 0:
+                return
+            node = kids[0]
+
+    def table(self) -> list[list[float]]:
+        """p[d][r], made non-increasing in r (the greedy tree growth relies on it)."""
+        out = []
+        for reached, hits in zip(self.reached, self.hits):
+            row = [h / reached if reached else 0.0 for h in hits]
+            out.append([min(row[: r + 1]) for r in range(len(row))])
+        return out
+
+
+def _prompts(base: Path, n: int) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+
+    tok = AutoTokenizer.from_pretrained(base)
+    return [encode_prompt(tok, p.text, chat=bool(getattr(tok, "chat_template", None)))[-384:]
+            for p in load_dataset("calibration")[:n]]
+
+
+def _run(engine, prompts, max_tokens) -> tuple[float, float]:
+    """(mean accepted length, milliseconds per verify step) over the prompts (greedy; prefill excluded)."""
+    lengths, seconds = [], 0.0
+    for ids in prompts:
+        t0 = time.perf_counter()
+        stats = engine.generate_all(ids, max_tokens, stop_token_ids=engine.base_spec.eos_token_ids).stats
+        seconds += time.perf_counter() - t0 - stats.prefill_time_s
+        lengths += stats.accepted_lengths
+    return sum(lengths) / max(len(lengths), 1), 1000.0 * seconds / max(len(lengths), 1)
+
+
+def cache_key(req: TuneRequest) -> str:
+    parts = [TUNER_VERSION, req.device, req.dtype, req.draft_vocab, req.prompts, req.max_tokens, req.max_nodes,
+             torch.get_num_threads(), platform.machine(), platform.processor(), torch.__version__]
+    for d in (req.base, req.draft):
+        for f in sorted(Path(d).glob("*")):
+            if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".gguf"):
+                st = f.stat()
+                parts += [str(f.resolve()), st.st_size, int(st.st_mtime)]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
+
+
+def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dict:
+    """Measure (or read from the cache) and choose. Returns {"chosen": {...}, "candidates": [...], ...}."""
+    from eagle_trt.demo_model import cache_root
+    from eagle_trt.runtime import EagleEngine
+
+    path = cache_root() / "tuning" / f"{cache_key(req)}.json"
+    if use_cache and path.exists():
+        echo(f"--tree auto: cached tuning {path}")
+        return json.loads(path.read_text(encoding="utf-8"))
+    t0 = time.time()
+    prompts = _prompts(req.base, req.prompts)
+    load = dict(device=req.device, dtype=req.dtype, draft_vocab=req.draft_vocab)
+    echo(f"--tree auto: measuring costs and acceptance on {len(prompts)} calibration prompts (once per machine)")
+    probe = EagleEngine.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), **load)
+    profile = profile_engine(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
+    counter = AcceptanceCounter(PROBE_DEPTH, PROBE_WIDTH)
+    probe.on_verify = counter
+    _run(probe, prompts, req.max_tokens)
+    accept = counter.table()
+    context = sum(len(p) for p in prompts) / len(prompts) + req.max_tokens / 2
+    bare = CostModel.from_profile(profile, int(context))
+    _, plain_ms = _run(EagleEngine.load(req.base, None, tree="chain:1", **load), prompts, req.max_tokens)
+    measured = {}  # dynamic setting -> (accepted length, ms per step)
+    for arg in DYNAMIC_GRID:
+        measured[arg] = _run(EagleEngine.load(req.base, req.draft, tree=arg, **load), prompts, req.max_tokens)
+    # what the forwards do not explain (host work per step), from the measured runs
+    overhead = sorted(ms - dynamic_step_ms(parse_tree_arg(arg), bare, tau) for arg, (tau, ms) in measured.items())
+    cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),
+                                  plain_overhead=max(plain_ms - bare.plain_step(), 0.0))
+    candidates = [best_static_tree(accept, cost, req.max_nodes)]
+    for arg, (tau, ms) in measured.items():
+        candidates.append(TreeChoice(arg, tau, dynamic_step_ms(parse_tree_arg(arg), cost, tau), cost.plain_step()))
+        echo(f"  {arg}: accepted length {tau:.2f}, {1000 * tau / ms:.1f} tok/s measured, "
+             f"{candidates[-1].tok_per_s:.1f} predicted")
+    chosen = max(candidates, key=lambda c: c.tok_per_s)
+    result = {"chosen": chosen.to_dict(), "candidates": [c.to_dict() for c in candidates],
+              "acceptance": accept, "context": context, "profile": profile, "overhead_ms": cost.overhead,
+              "plain_overhead_ms": cost.plain_overhead, "measured_plain_ms": plain_ms,
+              "seconds": round(time.time() - t0, 1),
+              "request": {k: str(v) for k, v in req.__dict__.items()}, "tuner_version": TUNER_VERSION}
+    echo(f"--tree auto: {chosen.arg} (predicted accepted length {chosen.accepted_length:.2f}, "
+         f"{chosen.tok_per_s:.1f} tok/s, {chosen.speedup:.2f}x) in {result['seconds']:.0f} s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    tmp.replace(path)
+    return result
+
+
+def predict(result: dict, arg: str) -> TreeChoice | None:
+    """The tuner's prediction for another tree setting, from a tune() result (None if it cannot tell)."""
+    from eagle_trt.perf.tree_tuner import static_step_ms
+
+    cost = CostModel.from_profile(result["profile"], int(result["context"]), result["overhead_ms"],
+                                  result["plain_overhead_ms"])
+    for c in result["candidates"]:
+        if c["tree"] == arg:
+            return TreeChoice(arg, c["predicted_accepted_length"], c["predicted_step_ms"], cost.plain_step())
+    cfg = parse_tree_arg(arg)
+    if cfg.kind == "dynamic":
+        return None
+    accept = result["acceptance"]
+    value, stack = 1.0, {(): 1.0}
+    for choice in cfg.tree.choices:  # parents come first
+        if len(choice) > len(accept) or choice[-1] >= len(accept[0]):
+            return None
+        stack[choice] = stack[choice[:-1]] * accept[len(choice) - 1][choice[-1]]
+        value += stack[choice]
+    return TreeChoice(arg, value, static_step_ms(cfg.tree, cost, value), cost.plain_step())
+
+
+def resolve_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None, **load) -> tuple[str, dict | None]:
+    """(the concrete --tree value, the tuning result or None): `auto` is tuned (or read from the cache)."""
+    if tree != AUTO:
+        return tree, None
+    if draft is None:
+        return "chain:1", None
+    result = tune(TuneRequest(Path(base), Path(draft), **load), echo=echo)
+    return result["chosen"]["tree"], result

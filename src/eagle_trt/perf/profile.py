@@ -1,0 +1,101 @@
+"""The engine's cost table on this machine: a base forward over T tokens at a few context lengths, and one draft step
+per width (a draft forward over W rows and the top-k of their next-token distributions). `eagle-trt profile` prints
+it; the tree tuner (perf/tree_tuner.py) reads it to predict what a tree costs.
+
+Timings are the median of `repeats` runs after a warm-up, through the same engine (`EagleEngine.load`) that serves:
+plain decoding is the T = 1 row, so every ratio compares the engine with itself at its fastest one-token path.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+TOKENS = (1, 2, 4, 8, 16, 32, 64)
+CONTEXTS = (128, 512, 1024)
+DRAFT_WIDTHS = (1, 2, 4, 8, 16)
+TOP_K = 8
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    tokens: tuple[int, ...] = TOKENS
+    contexts: tuple[int, ...] = CONTEXTS
+    draft_widths: tuple[int, ...] = DRAFT_WIDTHS
+    repeats: int = 7
+
+
+def _median_ms(fn, repeats: int, sync) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def profile_engine(engine, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg: None) -> dict:
+    """Measure `engine` (an EagleEngine, draft optional). Returns the cost table (JSON-able)."""
+    base, draft, device = engine.base, engine.draft, engine.device
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    vocab = base.args.vocab_size
+    gen = torch.Generator().manual_seed(0)
+    room = engine.max_seq_len
+    contexts = [c for c in cfg.contexts if c + max(cfg.tokens) <= room]
+    forward: dict[str, dict[str, float]] = {}
+    for ctx in contexts:
+        prefix = torch.randint(0, vocab, (ctx,), generator=gen).to(device)  # [ctx]
+        base(prefix, torch.arange(ctx, device=device), 0)
+        row = {}
+        for t in cfg.tokens:
+            ids = torch.randint(0, vocab, (t,), generator=gen).to(device)  # [T]
+            pos = torch.arange(ctx, ctx + t, device=device)  # [T]
+            mask = torch.ones(t, t, dtype=torch.bool, device=device).tril() if t > 1 else None  # [T, T]
+            row[str(t)] = _median_ms(lambda: base(ids, pos, ctx, tree_mask=mask), cfg.repeats, sync)
+        forward[str(ctx)] = row
+        echo(f"  base forward at context {ctx}: " + ", ".join(f"T={t} {ms:.1f} ms" for t, ms in row.items()))
+    result = {"base_forward_ms": forward, "draft_step_ms": {}, "topk_ms": {}}
+    if draft is not None:
+        ctx = contexts[0] if contexts else 128
+        hidden = base.args.hidden_size
+        feats = torch.randn(ctx, hidden, generator=gen).to(device=device, dtype=base.embed_tokens.weight.dtype)
+        prefix = torch.randint(0, vocab, (ctx,), generator=gen).to(device)
+        captured = torch.randn(ctx, 3 * hidden, generator=gen).to(feats) if draft.format == "eagle3" else None
+        out = draft(prefix, draft.base_features(feats, captured), torch.arange(ctx, device=device), 0)
+        for w in cfg.draft_widths:
+            ids = prefix[:w]
+            rows = out[:w]  # [W, H]
+            pos = torch.full((w,), ctx, dtype=torch.long, device=device)
+            mask = torch.ones(w, ctx + w, dtype=torch.bool, device=device)  # [W, ctx+W]
+            result["draft_step_ms"][str(w)] = _median_ms(lambda: draft(ids, rows, pos, ctx, mask), cfg.repeats, sync)
+            result["topk_ms"][str(w)] = _median_ms(lambda: draft.topk(rows, TOP_K)[1].tolist(), cfg.repeats, sync)
+        echo("  draft forward: " + ", ".join(f"W={w} {ms:.2f} ms" for w, ms in result["draft_step_ms"].items()))
+    result["machine"] = {"platform": platform.platform(), "processor": platform.processor(),
+                         "threads": torch.get_num_threads(), "device": device, "torch": torch.__version__}
+    result["engine"] = {"dtype": engine.precision, "draft": None if draft is None else draft.format,
+                        "draft_vocab": None if draft is None or getattr(draft, "vocab_ids", None) is None
+                        else int(draft.vocab_ids.numel())}
+    return result
+
+
+def format_table(result: dict) -> str:
+    """Markdown: base forward ms per T and context, the ratio to T = 1, and the draft step per width."""
+    forward = result["base_forward_ms"]
+    tokens = list(next(iter(forward.values())).keys()) if forward else []
+    lines = ["| context | " + " | ".join(f"T={t}" for t in tokens) + " |", "|---|" + "---|" * len(tokens)]
+    for ctx, row in forward.items():
+        one = row[tokens[0]]
+        lines.append(f"| {ctx} | " + " | ".join(f"{row[t]:.1f} ms ({row[t] / one:.2f}x)" for t in tokens) + " |")
+    if result.get("draft_step_ms"):
+        widths = list(result["draft_step_ms"])
+        lines += ["", "| draft step | " + " | ".join(f"W={w}" for w in widths) + " |", "|---|" + "---|" * len(widths),
+                  "| forward | " + " | ".join(f"{result['draft_step_ms'][w]:.2f} ms" for w in widths) + " |",
+                  f"| top-{TOP_K} | " + " | ".join(f"{result['topk_ms'][w]:.2f} ms" for w in widths) + " |"]
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""Inference-time rewrites of a loaded base and draft: fused projections, int8 linears, a truncated draft vocabulary.
+
+- `fuse_projections`: q|k|v and gate|up become one matmul each (fewer weight passes and kernel launches).
+- `Int8Linear` (precision "int8"): weights int8 with one fp32 scale per output channel; activations quantized to int8
+  per token (one scale per row) at run time; int8 x int8 -> int32 products summed exactly (`torch._int_mm`). A row's
+  result depends on that row alone, so a verify block of T tokens computes each token exactly as a one-token decode
+  step would: the linears are batch-invariant, which keeps EAGLE's output identical to the same engine's plain
+  decoding. On two CPU cores a 16-token forward costs ~1.2x a one-token forward this way (fp32: ~1.6x).
+- `truncate_draft_vocab` (FR-Spec): an EAGLE-1/2 draft proposes only among its N most frequent tokens; the head rows
+  are sliced from the base's lm_head, and the base still verifies every token, so outputs do not change.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from eagle_trt.errors import EagleTrtError
+
+PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+INT8_MAX = 127.0
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T with W int8 per output channel and x int8 per row; exact int32 accumulation."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        w = weight.detach().float()  # [N, K]
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / INT8_MAX  # [N]
+        q = torch.round(w / scale[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+        self.register_buffer("qweight_t", q.t().contiguous())  # [K, N] int8, the layout _int_mm reads fastest
+        self.register_buffer("scale", scale)  # [N] fp32
+        self.in_features, self.out_features = w.shape[1], w.shape[0]
+
+    @classmethod
+    def from_rows(cls, other: Int8Linear, rows: torch.Tensor) -> Int8Linear:
+        """The same quantized rows (output channels) `rows` [n] of another Int8Linear: identical numerics."""
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.register_buffer("qweight_t", other.qweight_t[:, rows].contiguous())  # [K, n]
+        new.register_buffer("scale", other.scale[rows].clone())  # [n]
+        new.in_features, new.out_features = other.in_features, int(rows.numel())
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [T, K] float -> [T, N] float32
+        x = x.float()
+        row_scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / INT8_MAX  # [T, 1]
+        xq = torch.round(x / row_scale).to(torch.int8)  # [T, K]
+        return torch._int_mm(xq, self.qweight_t).float().mul_(row_scale).mul_(self.scale)  # [T, N]
+
+
+def _fused(*linears: nn.Linear) -> nn.Linear:
+    weight = torch.cat([lin.weight for lin in linears], dim=0)  # [sum N, K]
+    fused = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+    fused.weight = nn.Parameter(weight, requires_grad=False)
+    return fused
+
+
+def fuse_projections(module: nn.Module) -> None:
+    """Every attention's q|k|v and every MLP's gate|up into one linear (the originals are dropped)."""
+    from eagle_trt.runtime.model import MLP, Attention
+
+    for sub in list(module.modules()):
+        if isinstance(sub, Attention) and sub.qkv_proj is None:
+            sub.qkv_proj = _fused(sub.q_proj, sub.k_proj, sub.v_proj)
+            del sub.q_proj, sub.k_proj, sub.v_proj
+        elif isinstance(sub, MLP) and sub.gate_up_proj is None:
+            sub.gate_up_proj = _fused(sub.gate_proj, sub.up_proj)
+            del sub.gate_proj, sub.up_proj
+
+
+def quantize_int8(module: nn.Module, cache: dict[int, Int8Linear] | None = None) -> dict[int, Int8Linear]:
+    """Replace every bias-free nn.Linear under `module` by an Int8Linear. A linear shared by two modules (the draft
+    uses the base's lm_head) becomes one shared Int8Linear: pass the same `cache` for both."""
+    cache = {} if cache is None else cache
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and child.bias is None:
+                key = id(child.weight)
+                if key not in cache:
+                    cache[key] = Int8Linear(child.weight)
+                setattr(parent, name, cache[key])
+    return cache
+
+
+def check_precision(precision: str, device: str) -> None:
+    if precision not in PRECISIONS:
+        raise EagleTrtError(f"unsupported dtype {precision!r}", f"choose one of {', '.join(PRECISIONS)}")
+    if precision == "int8" and not device.startswith("cpu"):
+        raise EagleTrtError(f"dtype int8 runs on the CPU only, got device {device!r}",
+                            "use --dtype bfloat16 on a GPU, or --device cpu")
+
+
+def prepare(base: nn.Module, draft: nn.Module | None, precision: str) -> None:
+    """Fuse the projections of base and draft; with precision int8, quantize both (sharing the lm_head)."""
+    fuse_projections(base)
+    if draft is not None:
+        fuse_projections(draft)
+    if precision == "int8":
+        base.batch_invariant = True
+        cache = quantize_int8(base)
+        if draft is not None:
+            quantize_int8(draft, cache)
+
+
+def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:
+    """FR-Spec on an EAGLE-1/2 draft: its head scores only `token_ids` [n] (base ids); `topk` maps back."""
+    if draft.format != "eagle1":
+        raise EagleTrtError(f"a truncated draft vocabulary applies to EAGLE-1/2 drafts, this one is {draft.format}",
+                            "EAGLE-3 drafts carry their own draft vocabulary (d2t); drop --draft-vocab")
+    head = draft.lm_head
+    ids = token_ids.to(device=head.qweight_t.device if isinstance(head, Int8Linear) else head.weight.device)
+    if isinstance(head, Int8Linear):
+        draft.lm_head = Int8Linear.from_rows(head, ids)
+    else:
+        sliced = nn.Linear(head.in_features, ids.numel(), bias=False, device=head.weight.device,
+                           dtype=head.weight.dtype)
+        sliced.weight = nn.Parameter(head.weight[ids].clone(), requires_grad=False)  # [n, H]
+        draft.lm_head = sliced
+    draft.vocab_ids = ids  # [n] int64: draft row -> base token id
