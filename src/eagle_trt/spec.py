@@ -277,7 +277,9 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
                                 "use --engine llmapi (TRT-LLM's PyTorch backend) or --engine pytorch/vllm"))
     if engine == "llmapi" and draft.format == "eagle1":
         problems.append(Problem("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only",
-                                "use --engine trtllm for EAGLE-1/2 drafts"))
+                                "use --engine trtllm for EAGLE-1/2 drafts (TensorRT-LLM <= 1.2) or --engine "
+                                "pytorch, or train an EAGLE-3 draft for this base (eagle-trt train-draft --format "
+                                "eagle3)"))
     return problems
 
 
