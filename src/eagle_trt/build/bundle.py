@@ -98,7 +98,7 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
         if spec.engine == "llmapi":
             for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
                 _call("eagle_trt.build.llmapi", "write_llmapi_config", spec,
-                      repo / engine_name / "1" / "model.yaml", speculative=speculative)
+                      repo / engine_name / "1" / "model.yaml", speculative=speculative, decoupled=serving.decoupled)
         _write_perf_files(spec, tmp)
         spec.save(tmp / SPEC_FILE)
         _replace(tmp, out)

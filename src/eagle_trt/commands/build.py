@@ -17,10 +17,12 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
               help="EAGLE draft directory (EAGLE-1/2 or EAGLE-3). Without it eagle_model decodes plainly.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Bundle directory.")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,
-              help="What computes eagle_model: auto = TensorRT-LLM on a GPU when installed, else pytorch.")
+              help="What computes eagle_model. auto: on a GPU with TensorRT-LLM installed, trtllm for EAGLE-1/2 drafts "
+                   "(TensorRT-LLM <= 1.2 with trtllm-build) and llmapi for EAGLE-3 drafts (any version, the only "
+                   "route after 1.2); else pytorch. `eagle-trt inspect` says which applies here.")
 @click.option("--tree", default=None,
               help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
-                   "(pytorch engine only).")
+                   "(pytorch and llmapi; llmapi needs D <= T <= K*D and defaults to chain:3).")
 @click.option("--dtype", default="auto", show_default=True, help="float16, bfloat16, float32 or auto.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the pytorch engine runs.")
@@ -54,6 +56,8 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
       eagle-trt build --base ./SmolLM2-135M-Instruct --draft ./eagle-smollm2 -o out --engine pytorch
       eagle-trt build --base ./Llama-3-8B-Instruct --draft ./EAGLE-LLaMA3-Instruct-8B -o out --engine trtllm \\
           --tree mc_sim_7b_63 --dtype float16
+      eagle-trt build --base ./Llama-3.1-8B-Instruct --draft ./EAGLE3-LLaMA3.1-Instruct-8B -o out --engine llmapi \\
+          --tree chain:3 --dry-run
     """
     from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.model_repository import ServingOptions
@@ -82,6 +86,20 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
                 click.echo(f"  {line}")
             click.echo(f"then serve with: tritonserver --model-repository {result / 'model_repository'} "
                        "--model-control-mode explicit --load-model eagle_model")
+        return
+    if dry_run and plan.spec.engine == "llmapi":
+        # nothing heavy to run: the LLM API reads the HF directories when the model loads
+        result = build_bundle(plan, force=force, dry_run=True)
+        model_yaml = result / "model_repository" / "eagle_engine" / "1" / "model.yaml"
+        files = sorted(str(p.relative_to(result)) for p in result.rglob("*") if p.is_file())
+        if as_json:
+            click.echo(json.dumps({"out": str(result), "engine": "llmapi", "dry_run": True,
+                                   "model_yaml": str(model_yaml), "files": files}))
+        else:
+            click.echo(f"dry run: wrote {result}; {model_yaml.relative_to(result)}:")
+            click.echo(model_yaml.read_text().rstrip())
+            click.echo(f"serve it in a TensorRT-LLM Triton container: see "
+                       f"{model_yaml.parent.relative_to(result) / 'README.md'}")
         return
     if dry_run:
         if as_json:
