@@ -285,5 +285,6 @@ top_p, seed, stop_words, return_perf_metrics, exclude_input_in_output) and pass 
 sampling_param_max_tokens, ..., sampling_param_return_perf_metrics. The engine models can also be called directly
 with those names. With return_perf_metrics the answer carries acceptance_rate, total_accepted_draft_tokens and
 total_draft_tokens. When streaming, each text_output of this model is the text so far (the LLM API's
-CompletionOutput.text), not the new piece: `eagle-trt generate --url` and `eagle-trt perf` handle both.
+CompletionOutput.text), not the new piece: `eagle-trt perf run` and the client
+(eagle_trt.client.triton.generate(..., cumulative=True)) take that into account.
 """

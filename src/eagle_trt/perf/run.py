@@ -45,7 +45,8 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
             echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1 ...")
             t0 = time.time()
             results[model] = run_aiperf(model, url, input_file, spec.base.path, len(prompts), req.warmup,
-                                        run_dir / model, run_dir / f"{model}.aiperf.log")
+                                        run_dir / model, run_dir / f"{model}.aiperf.log",
+                                        cumulative=spec.engine == "llmapi")
             echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "concurrency": 1, "temperature": 0.0, "streaming": True,
