@@ -15,6 +15,7 @@ from pathlib import Path
 
 from eagle_trt import __version__
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION, parse_backend_version
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_llmapi, validate_for_trtllm
 
@@ -46,6 +47,7 @@ class BuildSpec:
     max_non_leaves_per_layer: int = 10
     device: str = "cpu"
     chat_template: bool = True
+    backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
@@ -55,7 +57,8 @@ class BuildSpec:
                tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
                max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
                num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
-               device: str = "cpu", chat_template: bool = True) -> BuildSpec:
+               device: str = "cpu", chat_template: bool = True,
+               backend_version: str = DEFAULT_BACKEND_VERSION) -> BuildSpec:
         """Read and check base + draft, fill defaults from the tree and the base, and validate everything."""
         base = ModelSpec.from_dir(base_dir)
         draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
@@ -77,7 +80,7 @@ class BuildSpec:
             num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
             max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
                                       else max(static.non_leaves_per_depth())),
-            device=device, chat_template=chat_template,
+            device=device, chat_template=chat_template, backend_version=backend_version,
         )
         spec.validate()
         return spec
@@ -121,6 +124,10 @@ class BuildSpec:
         except EagleTrtError as exc:
             problems.append(f"runtime tree: {exc.message}")
         if self.engine == "trtllm":
+            try:
+                parse_backend_version(self.backend_version)
+            except EagleTrtError as exc:
+                problems.append(exc.message)
             try:
                 validate_for_trtllm(self.tree, self.num_eagle_layers, self.max_draft_len,
                                     self.max_non_leaves_per_layer)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
+
 ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagle_trt.build.bundle (kept light)
 
 
@@ -30,6 +32,10 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
 @click.option("--max-input-len", type=int, default=None, help="Longest prompt in tokens (default from the base).")
 @click.option("--max-seq-len", type=int, default=None, help="Prompt + generated tokens (default from the base).")
 @click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel size (trtllm).")
+@click.option("--backend-version", default=DEFAULT_BACKEND_VERSION, show_default=True,
+              help="trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR); it decides "
+                   "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
+                   "and the acceptance outputs exist (from 0.19). See README, Engines.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,
               help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
 @click.option("--engine-instances", type=int, default=1, show_default=True, help="Engine model instances.")
@@ -46,9 +52,9 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_size, max_input_len, max_seq_len,
-              tp_size, chat_template, engine_instances, preprocessing_instances, postprocessing_instances,
-              max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run, skip_convert, skip_engines,
-              force, as_json):
+              tp_size, backend_version, chat_template, engine_instances, preprocessing_instances,
+              postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
+              skip_convert, skip_engines, force, as_json):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
 
     \b
@@ -63,7 +69,8 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
     from eagle_trt.model_repository import ServingOptions
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
-                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template}
+                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
+                    "backend_version": backend_version}
     if tree is not None:
         if tree.startswith("dynamic:"):
             spec_options["runtime_tree"] = tree

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import configs as C
+from eagle_trt.model_repository.backend import BackendContract, backend_contract
 from eagle_trt.model_repository.configs import ServingOptions
 
 log = logging.getLogger(__name__)
@@ -77,8 +78,11 @@ def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
         elif spec.engine == "trtllm":
             engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
-            configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative)
-            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False)
+            contract = backend_contract(spec.backend_version)
+            configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative,
+                                                        contract)
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False,
+                                                          contract=contract)
         elif spec.engine == "llmapi":
             configs[engine_name] = llmapi_engine_config(engine_name, options)
             configs[ensemble_name] = llmapi_ensemble_config(ensemble_name, engine_name)
@@ -121,8 +125,10 @@ def postprocessing_config(spec, options: ServingOptions) -> dict:
     )
 
 
-def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool) -> dict:
-    """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing."""
+def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool,
+                         contract: BackendContract | None = None) -> dict:
+    """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing. `contract` (trtllm) names the
+    backend's seed input and says whether perf metrics and acceptance outputs exist; None: our engine has all."""
     pre_out = {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
                "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
                "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}
@@ -133,6 +139,14 @@ def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool)
                  "return_perf_metrics": "return_perf_metrics", "exclude_input_in_output": "exclude_input_in_output"}
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS})
+    ens_inputs, ens_outputs = C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS
+    if contract is not None:
+        engine_in = {(contract.seed_input if k == "seed" else k): v for k, v in engine_in.items()}
+        if not contract.perf_metrics:
+            del engine_in["return_perf_metrics"]
+            engine_out = {k: v for k, v in engine_out.items() if k not in _ACCEPTANCE_NAMES}
+            ens_inputs = tuple(t for t in ens_inputs if t[0] != "return_perf_metrics")
+            ens_outputs = tuple(t for t in ens_outputs if t[0] not in _ACCEPTANCE_NAMES)
     post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
     if stream_key:
         pre_out["STREAM_KEY"] = "_STREAM_KEY"
@@ -147,7 +161,10 @@ def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool)
         C.step(engine_name, engine_in, engine_out),
         C.step("postprocessing", post_in, {"OUTPUT": "text_output"}),
     ]
-    return C.ensemble(name, spec.max_batch_size, C.inputs(C.ENSEMBLE_INPUTS), C.outputs(C.ENSEMBLE_OUTPUTS), steps)
+    return C.ensemble(name, spec.max_batch_size, C.inputs(ens_inputs), C.outputs(ens_outputs), steps)
+
+
+_ACCEPTANCE_NAMES = {out[0] for out in C.ACCEPTANCE_OUTPUTS}
 
 
 # ---- engine models ----------------------------------------------------------------------------------------------
@@ -169,8 +186,10 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
     )
 
 
-def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool) -> dict:
-    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1)."""
+def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool,
+                         contract: BackendContract) -> dict:
+    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1), its tensors as the targeted
+    backend release names them (model_repository.backend)."""
     parameters = {
         "max_beam_width": 1,
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -191,7 +210,7 @@ def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: P
     engine_inputs = [
         C.tensor(n, t, d, o, **({"allow_ragged_batch": True} if n == "input_ids" else
                                 {"reshape": {"shape": []}} if d == [1] else {}))
-        for n, t, d, o in C.ENGINE_INPUTS
+        for n, t, d, o in _trtllm_inputs(contract)
     ]
     fields = {
         "name": name, "backend": "tensorrtllm", "max_batch_size": spec.max_batch_size,
@@ -201,11 +220,19 @@ def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: P
             "max_queue_delay_microseconds": options.max_queue_delay_us,
             "default_queue_policy": {"max_queue_size": options.max_queue_size},
         },
-        "input": engine_inputs, "output": C.outputs(C.ENGINE_OUTPUTS),
+        "input": engine_inputs,
+        "output": C.outputs(t for t in C.ENGINE_OUTPUTS if contract.perf_metrics or t[0] not in _ACCEPTANCE_NAMES),
         "instance_group": C.instance_group("KIND_CPU", 1),  # one rank per GPU via MPI, not instances
         "parameters": C.params(parameters),
     }
     return fields
+
+
+def _trtllm_inputs(contract: BackendContract):
+    for n, t, d, o in C.ENGINE_INPUTS:
+        if n == "return_perf_metrics" and not contract.perf_metrics:
+            continue
+        yield (contract.seed_input if n == "seed" else n), t, d, o
 
 
 def llmapi_engine_config(name: str, options: ServingOptions) -> dict:
