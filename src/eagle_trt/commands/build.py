@@ -7,9 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
 from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
-
-ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagle_trt.build.bundle (kept light)
 
 
 @click.command("build")
@@ -65,7 +64,6 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
       eagle-trt build --base ./Llama-3.1-8B-Instruct --draft ./EAGLE3-LLaMA3.1-Instruct-8B -o out --engine llmapi \\
           --tree chain:3 --dry-run
     """
-    from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.model_repository import ServingOptions
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
