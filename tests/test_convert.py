@@ -186,3 +186,20 @@ def test_interrupted_conversion_leaves_no_checkpoint(tmp_path, sig):
     # a later run cleans up and succeeds
     convert(big, draft, out, ConvertOptions(tp_size=1, dtype="float16", num_eagle_layers=1))
     assert (out / "rank0.safetensors").exists() and not list(tmp_path.glob(".ckpt.tmp-*"))
+
+
+def test_dtype_auto_says_when_it_leaves_fp32(tmp_path, tiny_base, eagle1_draft):
+    """The fixture base is float32: auto converts to float16 and says so (TensorRT-LLM's converter keeps float32)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+
+    res = CliRunner().invoke(main, ["convert", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
+                                    str(tmp_path / "ck")])
+    assert res.exit_code == 0, res.output
+    assert "the base is float32, converting to float16" in res.output and "--dtype float32" in res.output
+    assert json.loads((tmp_path / "ck" / "config.json").read_text())["dtype"] == "float16"
+    helped = CliRunner().invoke(main, ["convert", "--help"])
+    assert "fp32 base becomes float16" in " ".join(helped.output.split())

@@ -12,7 +12,8 @@ BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_
              "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "is_llama"}
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
-              "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format"}
+              "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
+              "capture_layers"}
 
 
 def run(*args):
@@ -23,7 +24,8 @@ def test_json_keys_are_stable(tiny_base, eagle1_draft):
     res = run("--base", tiny_base, "--draft", eagle1_draft, "--json")
     assert res.exit_code == 0, res.output
     report = json.loads(res.output)
-    assert set(report) == {"base", "draft", "compatible", "problems", "engines"}
+    assert set(report) == {"base", "draft", "compatible", "problems", "engines", "tensorrt_llm"}
+    assert set(report["tensorrt_llm"]) == {"version", "trtllm_build", "engine_path", "summary", "auto_engine_on_gpu"}
     assert set(report["base"]) == BASE_KEYS and set(report["draft"]) == DRAFT_KEYS
     assert set(report["engines"]) == {"trtllm", "llmapi", "pytorch", "vllm"}
     assert report["compatible"] and report["problems"] == []
@@ -53,3 +55,24 @@ def test_human_output(tiny_base_tied):
     assert res.exit_code == 0, res.output
     assert "tie_word_embeddings" in res.output and "verdict: compatible" in res.output
     assert "engine trtllm: ok" in res.output
+
+
+def test_a_current_container_is_told_before_building(tiny_base, eagle1_draft, eagle3_draft, tmp_path, monkeypatch):
+    """A stand-in TensorRT-LLM 1.3 (dist-info metadata, no trtllm-build): inspect says what build would do."""
+    site = tmp_path / "site"
+    (site / "tensorrt_llm").mkdir(parents=True)
+    (site / "tensorrt_llm" / "__init__.py").write_text("")
+    (site / "tensorrt_llm-1.3.0.dist-info").mkdir()
+    (site / "tensorrt_llm-1.3.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tensorrt_llm\n"
+                                                                     "Version: 1.3.0\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r1 = json.loads(run("--base", tiny_base, "--draft", eagle1_draft, "--json").output)
+    assert r1["tensorrt_llm"]["version"] == "1.3.0" and not r1["tensorrt_llm"]["engine_path"]
+    assert not r1["engines"]["trtllm"]["ok"] and r1["engines"]["pytorch"]["ok"]
+    assert "has no TensorRT engine path" in r1["engines"]["trtllm"]["problems"][0]["message"]
+    assert r1["tensorrt_llm"]["auto_engine_on_gpu"].startswith("none: cannot serve an EAGLE-1/2 draft")
+    r3 = json.loads(run("--base", tiny_base, "--draft", eagle3_draft, "--json").output)
+    assert r3["tensorrt_llm"]["auto_engine_on_gpu"] == "llmapi" and r3["engines"]["llmapi"]["ok"]
+    human = run("--base", tiny_base, "--draft", eagle1_draft, "--engine", "trtllm")
+    assert human.exit_code == 1 and "TensorRT-LLM 1.3.0" in human.output and "--format eagle3" in human.output

@@ -23,10 +23,10 @@ GOLDEN = Path(__file__).parent / "golden"
 ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
 
 
-def fixed_spec(engine: str):
+def fixed_spec(engine: str, backend_version: str = "1.2"):
     """A spec with fixed paths, so the golden files do not depend on the machine."""
     return SimpleNamespace(
-        engine=engine, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
+        engine=engine, backend_version=backend_version, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
         base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
         draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", device="cpu",
         dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
@@ -274,3 +274,37 @@ def test_failed_build_leaves_nothing(tiny_base, eagle1_draft, tmp_path):
                      "--engine-instances", "0"])
     assert result.exit_code == 1 and "engine-instances" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+# TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt (NVIDIA/TensorRT-LLM, stored version at
+# commit 0a710573): the inputs and outputs we use, with their types. helpers.py (same dir, 1/) reads every
+# sampling_param_<x> as SamplingParams(<x>=...), return_perf_metrics included; model.py answers acceptance_rate,
+# total_accepted_draft_tokens and total_draft_tokens when the request asked for perf metrics.
+UPSTREAM_LLMAPI_INPUTS = {
+    "text_input": "TYPE_STRING", "streaming": "TYPE_BOOL", "sampling_param_temperature": "TYPE_FP32",
+    "sampling_param_top_k": "TYPE_INT32", "sampling_param_top_p": "TYPE_FP32", "sampling_param_max_tokens": "TYPE_INT32",
+    "sampling_param_stop": "TYPE_STRING", "sampling_param_seed": "TYPE_UINT64",
+    "sampling_param_exclude_input_from_output": "TYPE_BOOL", "sampling_param_return_perf_metrics": "TYPE_BOOL",
+    "return_finish_reason": "TYPE_BOOL"}
+UPSTREAM_LLMAPI_OUTPUTS = {"text_output": "TYPE_STRING", "finish_reason": "TYPE_STRING", "acceptance_rate": "TYPE_FP32",
+                           "total_accepted_draft_tokens": "TYPE_INT32", "total_draft_tokens": "TYPE_INT32"}
+
+
+def test_llmapi_models_speak_the_upstream_contract(tmp_path):
+    from tritonclient.grpc.model_config_pb2 import DataType
+
+    repo = write_repo("llmapi", tmp_path)
+    assert sorted(p.name for p in repo.iterdir()) == ["base_engine", "base_model", "eagle_engine", "eagle_model"]
+    for engine in ("eagle_engine", "base_engine"):
+        config = C.parse((repo / engine / "config.pbtxt").read_text())
+        assert config.backend == "python" and config.max_batch_size == 0
+        assert {t.name: DataType.Name(t.data_type) for t in config.input} == UPSTREAM_LLMAPI_INPUTS
+        assert {t.name: DataType.Name(t.data_type) for t in config.output} == UPSTREAM_LLMAPI_OUTPUTS
+        readme = (repo / engine / "1" / "README.md").read_text()
+        assert "1/model.py" in readme and "1/helpers.py" in readme and "--load-model eagle_model" in readme
+    ensemble = C.parse((repo / "eagle_model" / "config.pbtxt").read_text())
+    step = ensemble.ensemble_scheduling.step[0]
+    assert step.model_name == "eagle_engine"
+    assert step.input_map["sampling_param_return_perf_metrics"] == "return_perf_metrics"
+    assert step.input_map["sampling_param_max_tokens"] == "max_tokens" and step.input_map["streaming"] == "stream"
+    assert {"acceptance_rate", "total_draft_tokens"} <= set(step.output_map)

@@ -1,5 +1,5 @@
 """The trtllm-build boundary: exact argv for the EAGLE and base engines, a stand-in trtllm-build on PATH that
-checks the argv and the checkpoint (and fails loudly otherwise), environment checks, the LLM-API (EAGLE-3) route."""
+checks the argv and the checkpoint (and fails loudly otherwise), environment checks (the LLM-API route: test_llmapi.py)."""
 
 import json
 import os
@@ -9,7 +9,6 @@ import pytest
 from click.testing import CliRunner
 
 from eagle_trt.build import trtllm
-from eagle_trt.build.llmapi import write_llmapi_config
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
@@ -82,18 +81,6 @@ def test_version_warnings(version, words):
     assert (words in " ".join(warnings)) if words else warnings == []
     with pytest.raises(EagleTrtError, match="no EAGLE support"):
         trtllm.version_warnings("0.14.0", 1)
-
-
-def test_llmapi_config_for_eagle3(tiny_base, eagle3_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", runtime_tree="chain:3")
-    path = write_llmapi_config(spec, tmp_path / "eagle_engine" / "1" / "model.yaml")
-    text = path.read_text()
-    assert 'decoding_type: "Eagle3"' in text and "max_draft_len: 3" in text
-    assert f'speculative_model_dir: "{eagle3_draft.resolve()}"' in text
-    assert "eagle3_layers_to_capture: [0, 1, 1]" in text and 'backend: "pytorch"' in text
-    assert "triton_config:" in text and "decoupled: true" in text
-    serve = (path.parent / "llm_api_options.yaml").read_text()
-    assert "speculative_config:" in serve and "triton_config" not in serve
 
 
 def test_convert_cli(tmp_path, tiny_base, eagle1_draft):

@@ -15,14 +15,16 @@ from pathlib import Path
 
 from eagle_trt import __version__
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION, parse_backend_version
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_trtllm
+from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_llmapi, validate_for_trtllm
 
 SPEC_FILE = "eagle_trt_spec.json"
 ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
 DTYPES = ("float16", "bfloat16", "float32")
 DEFAULT_TREE = "mc_sim_7b_63"
 DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"
+DEFAULT_LLMAPI_TREE = "chain:3"  # TensorRT-LLM's EAGLE-3 examples; its static trees are deprecated (llm_args.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,16 +47,18 @@ class BuildSpec:
     max_non_leaves_per_layer: int = 10
     device: str = "cpu"
     chat_template: bool = True
+    backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, base_dir: str | Path, draft_dir: str | Path | None, *, engine: str,
-               tree: str | Tree = DEFAULT_TREE, runtime_tree: str = DEFAULT_RUNTIME_TREE, dtype: str = "auto",
+               tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
                tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
                max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
                num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
-               device: str = "cpu", chat_template: bool = True) -> BuildSpec:
+               device: str = "cpu", chat_template: bool = True,
+               backend_version: str = DEFAULT_BACKEND_VERSION) -> BuildSpec:
         """Read and check base + draft, fill defaults from the tree and the base, and validate everything."""
         base = ModelSpec.from_dir(base_dir)
         draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
@@ -63,6 +67,7 @@ class BuildSpec:
         if draft is not None:
             require_compatible(base, draft, engine=engine)
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
+        runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine == "llmapi" else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":
             dtype = _auto_dtype(base.torch_dtype, engine, device)
         max_seq_len = max_seq_len or min(8192, base.max_position_embeddings)
@@ -75,7 +80,7 @@ class BuildSpec:
             num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
             max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
                                       else max(static.non_leaves_per_depth())),
-            device=device, chat_template=chat_template,
+            device=device, chat_template=chat_template, backend_version=backend_version,
         )
         spec.validate()
         return spec
@@ -113,10 +118,16 @@ class BuildSpec:
         if self.engine == "pytorch" and self.tp_size != 1:
             problems.append("the pytorch engine runs on one device: tp_size must be 1")
         try:
-            parse_tree_arg(self.runtime_tree)
+            runtime = parse_tree_arg(self.runtime_tree)
+            if self.engine == "llmapi":
+                validate_for_llmapi(runtime)
         except EagleTrtError as exc:
             problems.append(f"runtime tree: {exc.message}")
         if self.engine == "trtllm":
+            try:
+                parse_backend_version(self.backend_version)
+            except EagleTrtError as exc:
+                problems.append(exc.message)
             try:
                 validate_for_trtllm(self.tree, self.num_eagle_layers, self.max_draft_len,
                                     self.max_non_leaves_per_layer)

@@ -188,6 +188,9 @@ class DraftSpec:
     rope_theta: float
     num_hidden_layers: int
     weight_format: str
+    # EAGLE-3: base layers whose *input* hidden state the draft was trained on, when its config names them
+    # (`eagle_aux_hidden_state_layer_ids`, vLLM/speculators convention); None = the standard (2, L//2, L-3)
+    capture_layers: tuple[int, ...] | None = None
 
     @classmethod
     def from_dir(cls, path: str | Path) -> DraftSpec:
@@ -217,7 +220,18 @@ class DraftSpec:
             has_fc_bias="fc.bias" in names, has_embed_tokens="embed_tokens.weight" in names,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(cfg.get("rope_theta", 10000.0)),
             num_hidden_layers=int(cfg.get("num_hidden_layers", 1)), weight_format=weight_format,
+            capture_layers=_capture_layers(cfg, cfg_file) if fmt == "eagle3" else None,
         )
+
+
+def _capture_layers(cfg: dict, cfg_file: Path) -> tuple[int, ...] | None:
+    value = cfg.get("eagle_aux_hidden_state_layer_ids")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) and v >= 0 for v in value):
+        raise EagleTrtError(f"{cfg_file}: eagle_aux_hidden_state_layer_ids = {value!r} is not a list of layer indices",
+                            "write the base layers the draft was trained on, e.g. [2, 16, 29], or remove the key")
+    return tuple(value)
 
 
 def detect_draft_format(path: Path, names: set[str], cfg: dict) -> str:
@@ -277,7 +291,9 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
                                 "use --engine llmapi (TRT-LLM's PyTorch backend) or --engine pytorch/vllm"))
     if engine == "llmapi" and draft.format == "eagle1":
         problems.append(Problem("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only",
-                                "use --engine trtllm for EAGLE-1/2 drafts"))
+                                "use --engine trtllm for EAGLE-1/2 drafts (TensorRT-LLM <= 1.2) or --engine "
+                                "pytorch, or train an EAGLE-3 draft for this base (eagle-trt train-draft --format "
+                                "eagle3)"))
     return problems
 
 

@@ -239,6 +239,15 @@ def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, m
                             "adjust the tree or the engine limits as suggested")
 
 
+def validate_for_llmapi(cfg: TreeConfig) -> None:
+    """Eagle3DecodingConfig's rule for a dynamic tree (tensorrt_llm/llmapi/llm_args.py, validate_eagle_config):
+    max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len."""
+    if cfg.kind == "dynamic" and not cfg.depth <= cfg.total_tokens <= cfg.top_k * cfg.depth:
+        raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH <= TOKENS <= TOPK x DEPTH, got "
+                            f"{cfg.to_arg()} ({cfg.depth} <= {cfg.total_tokens} <= {cfg.top_k * cfg.depth} fails)",
+                            f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * cfg.depth} or a chain:N")
+
+
 @dataclass(frozen=True)
 class TreeConfig:
     """How the runtime drafts: a static tree (`kind` "static" or "chain") or an EAGLE-2 dynamic tree."""

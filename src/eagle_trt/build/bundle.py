@@ -14,16 +14,17 @@ half-written; an existing OUT is replaced only with `force`.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions, write_model_repository
+from eagle_trt.spec import DraftSpec
 
 log = logging.getLogger(__name__)
 
@@ -42,17 +43,16 @@ class BuildPlan:
         return {"out": str(self.out), "engine": self.spec.engine, "steps": self.steps, "spec": self.spec.to_dict()}
 
 
-def choose_engine(engine: str, draft_dir: Path | None, device: str) -> str:
-    """`auto`: TensorRT-LLM when it is importable on a GPU (engine path for EAGLE-1, LLM-API for EAGLE-3), else
-    the pytorch runtime."""
-    if engine != "auto":
-        return engine
-    if device == "cuda" and importlib.util.find_spec("tensorrt_llm") is not None:
-        from eagle_trt.spec import DraftSpec
-
-        draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
-        return "llmapi" if draft is not None and draft.format == "eagle3" else "trtllm"
-    return "pytorch"
+def choose_engine(engine: str, draft_dir: Path | None, device: str, install: TrtllmInstall | None = None) -> str:
+    """The engine kind to build: `auto` is decided by the installed TensorRT-LLM (trtllm_env.auto_engine); an
+    explicit `trtllm` is checked against it, so a TensorRT-LLM without the engine path stops here, before any
+    heavy work."""
+    install = install or TrtllmInstall.detect()
+    draft_format = DraftSpec.from_dir(draft_dir).format if draft_dir is not None else None
+    if engine == "auto":
+        return auto_engine(draft_format, device, install)
+    require_engine(engine, draft_format, install)
+    return engine
 
 
 def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Path, *, engine: str = "auto",
@@ -98,7 +98,7 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
         if spec.engine == "llmapi":
             for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
                 _call("eagle_trt.build.llmapi", "write_llmapi_config", spec,
-                      repo / engine_name / "1" / "model.yaml", speculative=speculative)
+                      repo / engine_name / "1" / "model.yaml", speculative=speculative, decoupled=serving.decoupled)
         _write_perf_files(spec, tmp)
         spec.save(tmp / SPEC_FILE)
         _replace(tmp, out)

@@ -1,22 +1,76 @@
-"""The EAGLE-3 route: TensorRT-LLM's LLM API (PyTorch backend) runs EAGLE-3 drafts; the engine path does not
-(research/trtllm_eagle.md §H). We write its configuration for Triton's LLM-API model (model.yaml) and for
-`trtllm-serve --extra_llm_api_options` (llm_api_options.yaml)."""
+"""The EAGLE-3 route: TensorRT-LLM's LLM API (PyTorch backend) runs EAGLE-3 drafts; it is the only TensorRT-LLM
+route after 1.2 (research/trtllm_eagle.md §H, §I). We write its configuration as YAML (PyYAML) for Triton's LLM-API
+model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/tensorrt_llm/1/model.py) and for
+`trtllm-serve --extra_llm_api_options` (`llm_api_options.yaml`).
+
+`speculative_config` follows `Eagle3DecodingConfig` (tensorrt_llm/llmapi/llm_args.py):
+  chain:N          -> max_draft_len: N
+  static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth
+  dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D, max_total_draft_tokens: T
+Capture layers: TensorRT-LLM's `eagle3_layers_to_capture` counts layer OUTPUTS (default {1, L//2-1, L-4}); EAGLE's
+reference code and our runtime count layer INPUTS (2, L//2, L-3) - the same three hidden states. We write the key
+only when the draft names other layers, converted input -> output (index - 1).
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.tree import TreeConfig, validate_for_llmapi
+
+MODEL_YAML = "model.yaml"
+SERVE_YAML = "llm_api_options.yaml"
+
+
+def standard_capture_inputs(num_layers: int) -> tuple[int, int, int]:
+    """The base layers whose input EAGLE-3 reads (EAGLE's reference code: 2, L//2, L-3)."""
+    return 2, num_layers // 2, num_layers - 3
+
+
+def trtllm_default_capture_outputs(num_layers: int) -> tuple[int, int, int]:
+    """TensorRT-LLM's default eagle3_layers_to_capture: layer outputs {1, L//2-1, L-4} (llm_args.py)."""
+    return 1, num_layers // 2 - 1, num_layers - 4
+
+
+def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -> list[int] | None:
+    """`eagle3_layers_to_capture` for a draft that reads the inputs of `capture_inputs` (None = the standard
+    layers): None when TensorRT-LLM's default is already right, else the output indices (input index - 1)."""
+    if capture_inputs is None:
+        return None
+    if any(i < 1 or i > num_layers for i in capture_inputs):
+        raise EagleTrtError(f"the draft captures base layers {list(capture_inputs)}, which TensorRT-LLM cannot name "
+                            f"(layer inputs 1..{num_layers} of a {num_layers}-layer base are the outputs 0.."
+                            f"{num_layers - 1}; input 0, the embeddings, has no output index)",
+                            "use --engine pytorch, or train the draft on the standard layers")
+    outputs = sorted(i - 1 for i in capture_inputs)
+    if tuple(outputs) == trtllm_default_capture_outputs(num_layers):
+        return None
+    return outputs
+
+
+def tree_fields(cfg: TreeConfig) -> dict:
+    """Our --tree value as Eagle3DecodingConfig fields (the module docstring has the table)."""
+    validate_for_llmapi(cfg)
+    if cfg.kind == "chain":
+        return {"max_draft_len": cfg.tree.num_nodes}
+    if cfg.kind == "static":
+        return {"max_draft_len": cfg.tree.depth, "eagle_choices": cfg.tree.to_list()}
+    return {"max_draft_len": cfg.depth, "use_dynamic_tree": True, "dynamic_tree_max_topK": cfg.top_k,
+            "max_total_draft_tokens": cfg.total_tokens}
 
 
 def speculative_config(spec) -> dict:
-    n = spec.base.num_hidden_layers
-    layers = [2, n // 2, n - 3] if n >= 4 else [0, n // 2, n - 1]  # what EAGLE-3 captures (research §3)
-    return {"decoding_type": "Eagle3", "max_draft_len": spec.runtime_tree_config.max_draft_tokens
-            if spec.runtime_tree_config.kind == "chain" else spec.num_eagle_layers,
-            "speculative_model_dir": str(spec.draft.path), "eagle3_layers_to_capture": layers}
+    config = {"decoding_type": "Eagle3"} | tree_fields(spec.runtime_tree_config)
+    config["speculative_model"] = str(spec.draft.path)
+    capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
+    if capture is not None:
+        config["eagle3_layers_to_capture"] = capture
+    return config
 
 
 def llmapi_options(spec, speculative: bool = True) -> dict:
+    """LLM() arguments; the base model's options are the same without speculative_config."""
     options = {"backend": "pytorch", "tensor_parallel_size": spec.tp_size, "pipeline_parallel_size": 1,
                "max_batch_size": spec.max_batch_size, "max_seq_len": spec.max_seq_len,
                "max_num_tokens": spec.max_num_tokens}
@@ -25,34 +79,26 @@ def llmapi_options(spec, speculative: bool = True) -> dict:
     return options
 
 
-def model_yaml(spec, speculative: bool = True) -> dict:
-    """Triton LLM-API model (all_models/llmapi/tensorrt_llm/1/model.yaml): LLM() arguments + triton_config."""
+def model_yaml(spec, speculative: bool = True, decoupled: bool = True) -> dict:
+    """Triton LLM-API model.yaml: `model` + LLM() arguments + `triton_config` (max_batch_size 0: that model does
+    not batch; decoupled: streaming)."""
     return {"model": str(spec.base.path)} | llmapi_options(spec, speculative) | {
-        "triton_config": {"max_batch_size": 0, "decoupled": True}}
+        "triton_config": {"max_batch_size": 0, "decoupled": decoupled}}
 
 
-def to_yaml(data, indent: int = 0) -> str:
-    """Block-style YAML for nested dicts/lists of scalars (scalars JSON-quoted, which YAML reads the same)."""
-    pad = "  " * indent
-    lines = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            lines.append(f"{pad}{key}:")
-            lines.append(to_yaml(value, indent + 1))
-        elif isinstance(value, list):
-            lines.append(f"{pad}{key}: {json.dumps(value)}")
-        else:
-            lines.append(f"{pad}{key}: {json.dumps(value)}")
-    return "\n".join(lines)
+def dump_yaml(data: dict) -> str:
+    import yaml  # pyyaml: a core dependency
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
-def write_llmapi_config(spec, path: Path, speculative: bool = True) -> Path:
+def write_llmapi_config(spec, path: Path, speculative: bool = True, decoupled: bool = True) -> Path:
     """model.yaml at `path`, and llm_api_options.yaml for trtllm-serve beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# TensorRT-LLM LLM-API model (PyTorch backend), written by eagle-trt\n"
-                    + to_yaml(model_yaml(spec, speculative)) + "\n", encoding="utf-8")
-    (path.parent / "llm_api_options.yaml").write_text(
-        f"# trtllm-serve {spec.base.path} --backend pytorch --extra_llm_api_options llm_api_options.yaml\n"
-        + to_yaml(llmapi_options(spec, speculative)) + "\n", encoding="utf-8")
+                    + dump_yaml(model_yaml(spec, speculative, decoupled)), encoding="utf-8")
+    (path.parent / SERVE_YAML).write_text(
+        f"# trtllm-serve {spec.base.path} --backend pytorch --extra_llm_api_options {SERVE_YAML}\n"
+        + dump_yaml(llmapi_options(spec, speculative)), encoding="utf-8")
     return path

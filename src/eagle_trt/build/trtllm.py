@@ -1,14 +1,13 @@
 """The TensorRT-LLM engine path of `eagle-trt build`: environment checks, checkpoint conversion for the EAGLE and
 the base engine, and the exact `trtllm-build` command lines (research/trtllm_eagle.md §C.1).
 
-TensorRT-LLM is never imported here: its presence and version are read from package metadata, and trtllm-build
-runs as a subprocess. Bundle layout: OUT/checkpoint/{eagle,base}/ and OUT/engines/{eagle,base}/.
+TensorRT-LLM is never imported here: its presence and version are read from package metadata (trtllm_env), and
+trtllm-build runs as a subprocess. Bundle layout: OUT/checkpoint/{eagle,base}/ and OUT/engines/{eagle,base}/.
+The engine path exists in TensorRT-LLM <= 1.2 only (research/trtllm_eagle.md §I).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import logging
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_trt.build.checkpoint import ConvertOptions, convert
+from eagle_trt.build.trtllm_env import TrtllmInstall, no_engine_path_error
 from eagle_trt.errors import EagleTrtError
 
 log = logging.getLogger(__name__)
@@ -51,15 +51,6 @@ def trtllm_build_argv(spec, checkpoint_dir: Path, engine_dir: Path, speculative:
     return argv
 
 
-def trtllm_version() -> str | None:
-    if importlib.util.find_spec("tensorrt_llm") is None:
-        return None
-    try:
-        return importlib.metadata.version("tensorrt_llm")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def version_warnings(version: str, max_batch_size: int) -> list[str]:
     try:
         parts = tuple(int(p) for p in version.split(".")[:2])
@@ -73,12 +64,15 @@ def version_warnings(version: str, max_batch_size: int) -> list[str]:
 
 
 def check_environment(spec) -> list[str]:
-    """Before any heavy work: tensorrt_llm installed (and its version), trtllm-build on PATH, a visible GPU."""
+    """Before any heavy work: tensorrt_llm installed with the engine path (<= 1.2 and trtllm-build on PATH), a
+    visible GPU."""
+    install = TrtllmInstall.detect()
+    if install.installed and not install.has_engine_path:
+        raise no_engine_path_error(install, spec.draft_format)
     problems = []
-    version = trtllm_version()
-    if version is None:
+    if not install.installed:
         problems.append("the tensorrt_llm package is not installed")
-    if shutil.which("trtllm-build") is None:
+    if install.trtllm_build is None:
         problems.append("trtllm-build is not on PATH")
     if not _gpu_visible():
         problems.append("no NVIDIA GPU is visible (nvidia-smi -L lists none)")
@@ -87,7 +81,7 @@ def check_environment(spec) -> list[str]:
                             "run inside the Triton TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-"
                             "trtllm-python-py3) on a GPU machine, or pass --dry-run to write the checkpoint and "
                             "print the commands, or use --engine pytorch")
-    return version_warnings(version, spec.max_batch_size)
+    return version_warnings(install.version, spec.max_batch_size)
 
 
 def _gpu_visible() -> bool:

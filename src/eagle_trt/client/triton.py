@@ -6,6 +6,10 @@ acceptance figures of the last response (acceptance_rate, total_accepted_draft_t
 
     reply = generate("http://127.0.0.1:8000", "eagle_model", "Hello", max_tokens=64, stream=True,
                      on_chunk=lambda text: print(text, end=""))
+
+TensorRT-LLM's LLM-API model (the llmapi engine kind) differs in two ways the client absorbs: called directly it
+takes sampling_param_* names (`llmapi_body` translates), and when streaming each text_output is the text so far,
+not the new piece (`cumulative=True`); its acceptance figures may arrive as strings.
 """
 
 from __future__ import annotations
@@ -52,14 +56,26 @@ def request_body(prompt: str, *, max_tokens: int, stream: bool, chat: bool | Non
     return body
 
 
+def llmapi_body(body: dict) -> dict:
+    """A tensorrtllm-named request body in the LLM-API model's names (text_input, streaming, sampling_param_*)."""
+    from eagle_trt.model_repository.layout import LLMAPI_FROM_ENSEMBLE
+
+    names = {ours: theirs for theirs, ours in LLMAPI_FROM_ENSEMBLE.items()}
+    unknown = sorted(set(body) - set(names))
+    if unknown:
+        raise EagleTrtError(f"the LLM-API model takes no {unknown}", f"use only {sorted(names)}")
+    return {names[key]: value for key, value in body.items()}
+
+
 def generate(url: str, model: str, prompt: str, *, max_tokens: int = 128, stream: bool = False,
              protocol: str = "http", on_chunk: Callable[[str], None] | None = None, timeout: float = 600.0,
-             **options) -> GenerationReply:
-    """One request; `protocol` "http" (generate / generate_stream) or "grpc" (bidirectional streaming)."""
+             cumulative: bool = False, **options) -> GenerationReply:
+    """One request; `protocol` "http" (generate / generate_stream) or "grpc" (bidirectional streaming);
+    `cumulative`: each streamed text_output repeats the text so far (the LLM-API model)."""
     body = request_body(prompt, max_tokens=max_tokens, stream=stream, **options)
     if protocol == "grpc":
-        return _grpc_generate(url, model, body, on_chunk, timeout)
-    return _http_generate(url, model, body, on_chunk, timeout)
+        return _grpc_generate(url, model, body, on_chunk, timeout, cumulative)
+    return _http_generate(url, model, body, on_chunk, timeout, cumulative)
 
 
 def print_remote_generation(url: str, model: str, prompt: str, *, max_tokens: int = 128, stream: bool = False,
@@ -94,8 +110,9 @@ def _connection(url: str, timeout: float) -> http.client.HTTPConnection:
     return cls(parts.hostname, parts.port or (443 if parts.scheme == "https" else 8000), timeout=timeout)
 
 
-def _http_generate(url, model, body, on_chunk, timeout) -> GenerationReply:
-    path = f"/v2/models/{model}/generate_stream" if body["stream"] else f"/v2/models/{model}/generate"
+def _http_generate(url, model, body, on_chunk, timeout, cumulative=False) -> GenerationReply:
+    stream = body.get("stream", body.get("streaming", False))
+    path = f"/v2/models/{model}/generate_stream" if stream else f"/v2/models/{model}/generate"
     conn = _connection(url, timeout)
     started = time.perf_counter()
     reply = GenerationReply(text="")
@@ -104,11 +121,11 @@ def _http_generate(url, model, body, on_chunk, timeout) -> GenerationReply:
         response = conn.getresponse()
         if response.status != 200:
             raise _server_error(url, model, response.status, response.read())
-        if body["stream"]:
+        if stream:
             for event in _sse_events(response):
-                _add(reply, event, on_chunk, started)
+                _add(reply, event, on_chunk, started, cumulative)
         else:
-            _add(reply, json.loads(response.read()), on_chunk, started)
+            _add(reply, json.loads(response.read()), on_chunk, started, cumulative)
     except OSError as exc:
         raise EagleTrtError(f"cannot reach the Triton server at {url}: {exc}",
                             "start it with `eagle-trt serve OUT` and check --url") from None
@@ -138,20 +155,37 @@ def _server_error(url, model, status, raw: bytes) -> EagleTrtError:
     return EagleTrtError(f"the server at {url} answered {status}: {message}", hint)
 
 
-def _add(reply: GenerationReply, event: dict, on_chunk, started: float) -> None:
+def new_text(so_far: str, text: str, cumulative: bool) -> str:
+    """The new piece of a streamed text_output: all of it, or (cumulative) what follows the text so far."""
+    if cumulative and text.startswith(so_far):
+        return text[len(so_far):]
+    return text
+
+
+def _number(value):
+    """Acceptance figures as numbers (the LLM-API model sends them in text_output's string type)."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str):
+        value = float(value) if any(c in value for c in ".eE") else int(value)
+    return value
+
+
+def _add(reply: GenerationReply, event: dict, on_chunk, started: float, cumulative: bool = False) -> None:
     if "error" in event:
         raise EagleTrtError(f"the server reported an error: {event['error']}", "see the server log")
     text = event.get("text_output", "")
     if isinstance(text, list):
         text = "".join(text)
+    text = new_text(reply.text, text, cumulative)
     reply.chunks.append(text)
     reply.text += text
     if text and reply.first_chunk_s is None:
         reply.first_chunk_s = time.perf_counter() - started
     for name in ACCEPTANCE_FIELDS:
-        value = event.get(name)
-        if isinstance(value, list):
-            value = value[0] if value else None
+        value = _number(event.get(name))
         if value is not None:
             setattr(reply, name, value)
     if text and on_chunk is not None:
@@ -163,10 +197,16 @@ _NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT32", "int32"
                 "return_perf_metrics": ("BOOL", bool), "chat_template": ("BOOL", bool),
                 "temperature": ("FP32", "float32"), "top_p": ("FP32", "float32"), "top_k": ("INT32", "int32"),
                 "seed": ("UINT64", "uint64"), "stop_words": ("BYTES", object), "end_id": ("INT32", "int32"),
-                "pad_id": ("INT32", "int32"), "exclude_input_in_output": ("BOOL", bool)}
+                "pad_id": ("INT32", "int32"), "exclude_input_in_output": ("BOOL", bool),
+                # the LLM-API model's own names (llmapi_body)
+                "streaming": ("BOOL", bool), "sampling_param_max_tokens": ("INT32", "int32"),
+                "sampling_param_temperature": ("FP32", "float32"), "sampling_param_top_k": ("INT32", "int32"),
+                "sampling_param_top_p": ("FP32", "float32"), "sampling_param_seed": ("UINT64", "uint64"),
+                "sampling_param_stop": ("BYTES", object), "sampling_param_return_perf_metrics": ("BOOL", bool),
+                "sampling_param_exclude_input_from_output": ("BOOL", bool)}
 
 
-def _grpc_generate(url, model, body, on_chunk, timeout) -> GenerationReply:
+def _grpc_generate(url, model, body, on_chunk, timeout, cumulative=False) -> GenerationReply:
     try:
         import numpy as np
         import tritonclient.grpc as grpcclient
@@ -205,7 +245,7 @@ def _grpc_generate(url, model, body, on_chunk, timeout) -> GenerationReply:
                     value = array.reshape(-1)[0]
                     event[output.name] = value.decode("utf-8") if isinstance(value, bytes) else value.item()
             if event:
-                _add(reply, event, on_chunk, started)
+                _add(reply, event, on_chunk, started, cumulative)
             final = response.parameters.get("triton_final_response")
             if final is not None and final.bool_param:
                 break

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagle_trt.build.bundle (kept light)
+from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
+from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 
 
 @click.command("build")
@@ -17,10 +18,12 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
               help="EAGLE draft directory (EAGLE-1/2 or EAGLE-3). Without it eagle_model decodes plainly.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Bundle directory.")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,
-              help="What computes eagle_model: auto = TensorRT-LLM on a GPU when installed, else pytorch.")
+              help="What computes eagle_model. auto: on a GPU with TensorRT-LLM installed, trtllm for EAGLE-1/2 drafts "
+                   "(TensorRT-LLM <= 1.2 with trtllm-build) and llmapi for EAGLE-3 drafts (any version, the only "
+                   "route after 1.2); else pytorch. `eagle-trt inspect` says which applies here.")
 @click.option("--tree", default=None,
               help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
-                   "(pytorch engine only).")
+                   "(pytorch and llmapi; llmapi needs D <= T <= K*D and defaults to chain:3).")
 @click.option("--dtype", default="auto", show_default=True, help="float16, bfloat16, float32 or auto.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the pytorch engine runs.")
@@ -28,6 +31,10 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
 @click.option("--max-input-len", type=int, default=None, help="Longest prompt in tokens (default from the base).")
 @click.option("--max-seq-len", type=int, default=None, help="Prompt + generated tokens (default from the base).")
 @click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel size (trtllm).")
+@click.option("--backend-version", default=DEFAULT_BACKEND_VERSION, show_default=True,
+              help="trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR); it decides "
+                   "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
+                   "and the acceptance outputs exist (from 0.19). See README, Engines.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,
               help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
 @click.option("--engine-instances", type=int, default=1, show_default=True, help="Engine model instances.")
@@ -44,9 +51,9 @@ ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")  # same as eagl
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_size, max_input_len, max_seq_len,
-              tp_size, chat_template, engine_instances, preprocessing_instances, postprocessing_instances,
-              max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run, skip_convert, skip_engines,
-              force, as_json):
+              tp_size, backend_version, chat_template, engine_instances, preprocessing_instances,
+              postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
+              skip_convert, skip_engines, force, as_json):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
 
     \b
@@ -54,12 +61,14 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
       eagle-trt build --base ./SmolLM2-135M-Instruct --draft ./eagle-smollm2 -o out --engine pytorch
       eagle-trt build --base ./Llama-3-8B-Instruct --draft ./EAGLE-LLaMA3-Instruct-8B -o out --engine trtllm \\
           --tree mc_sim_7b_63 --dtype float16
+      eagle-trt build --base ./Llama-3.1-8B-Instruct --draft ./EAGLE3-LLaMA3.1-Instruct-8B -o out --engine llmapi \\
+          --tree chain:3 --dry-run
     """
-    from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.model_repository import ServingOptions
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
-                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template}
+                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
+                    "backend_version": backend_version}
     if tree is not None:
         if tree.startswith("dynamic:"):
             spec_options["runtime_tree"] = tree
@@ -82,6 +91,20 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
                 click.echo(f"  {line}")
             click.echo(f"then serve with: tritonserver --model-repository {result / 'model_repository'} "
                        "--model-control-mode explicit --load-model eagle_model")
+        return
+    if dry_run and plan.spec.engine == "llmapi":
+        # nothing heavy to run: the LLM API reads the HF directories when the model loads
+        result = build_bundle(plan, force=force, dry_run=True)
+        model_yaml = result / "model_repository" / "eagle_engine" / "1" / "model.yaml"
+        files = sorted(str(p.relative_to(result)) for p in result.rglob("*") if p.is_file())
+        if as_json:
+            click.echo(json.dumps({"out": str(result), "engine": "llmapi", "dry_run": True,
+                                   "model_yaml": str(model_yaml), "files": files}))
+        else:
+            click.echo(f"dry run: wrote {result}; {model_yaml.relative_to(result)}:")
+            click.echo(model_yaml.read_text().rstrip())
+            click.echo(f"serve it in a TensorRT-LLM Triton container: see "
+                       f"{model_yaml.parent.relative_to(result) / 'README.md'}")
         return
     if dry_run:
         if as_json:

@@ -13,7 +13,8 @@ import click
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Checkpoint dir.")
 @click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel ranks.")
 @click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32", "auto"]), default="auto",
-              show_default=True, help="auto: the base's torch_dtype (fp32 bases become float16).")
+              show_default=True, help="auto: the base's torch_dtype, but an fp32 base becomes float16 (TensorRT-LLM's own "
+                   "converter keeps float32; pass --dtype float32 for that).")
 @click.option("--num-eagle-layers", type=int, default=4, show_default=True, help="EagleNets = max tree depth.")
 @click.option("--max-draft-len", type=int, default=63, show_default=True, help="Max draft tokens per step.")
 @click.option("--max-non-leaves-per-layer", type=int, default=10, show_default=True)
@@ -36,8 +37,11 @@ def convert_cmd(base_dir, draft_dir, out_dir, tp_size, dtype, num_eagle_layers, 
     if base_only == (draft_dir is not None):
         raise click.UsageError("pass --draft DIR, or --base-only to convert the base alone")
     if dtype == "auto":
-        dtype = ModelSpec.from_dir(base_dir).torch_dtype
-        dtype = dtype if dtype in ("float16", "bfloat16") else "float16"
+        base_dtype = ModelSpec.from_dir(base_dir).torch_dtype
+        dtype = base_dtype if base_dtype in ("float16", "bfloat16") else "float16"
+        if dtype != base_dtype:
+            click.echo(f"--dtype auto: the base is {base_dtype or 'of unstated dtype'}, converting to float16 "
+                       "(TensorRT-LLM's own converter would keep float32; pass --dtype float32 for that)", err=True)
     opts = ConvertOptions(tp_size=tp_size, dtype=dtype, num_eagle_layers=num_eagle_layers,
                           max_draft_len=max_draft_len, max_non_leaves_per_layer=max_non_leaves_per_layer)
     bar = tqdm(desc="converting", unit="tensor")

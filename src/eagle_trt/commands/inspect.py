@@ -1,5 +1,6 @@
 """`eagle-trt inspect`: describe a base (and a draft) from configs, tokenizer files and the weight index, without
-loading weights, and say whether they fit together (and with which engine). JSON keys: docs/inspect.md."""
+loading weights, and say whether they fit together (and with which engine, given the TensorRT-LLM installed here:
+its engine path exists up to 1.2 only). JSON keys: docs/inspect.md."""
 
 from __future__ import annotations
 
@@ -15,15 +16,27 @@ ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
 
 
 def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> dict:
+    from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
     from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
 
     base = ModelSpec.from_dir(base_dir)
     draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+    install = TrtllmInstall.detect()
+    draft_format = draft.format if draft is not None else None
     engines = [engine] if engine else list(ENGINES)
     verdicts = {}
     for e in engines:
-        problems = check_compatibility(base, draft, e)
-        verdicts[e] = {"ok": not problems, "problems": [dataclasses.asdict(p) for p in problems]}
+        problems = [dataclasses.asdict(p) for p in check_compatibility(base, draft, e)]
+        try:
+            require_engine(e, draft_format, install)
+        except EagleTrtError as exc:
+            problems.append({"message": exc.message, "hint": exc.hint})
+        verdicts[e] = {"ok": not problems, "problems": problems}
+    try:
+        auto = auto_engine(draft_format, "cuda", install)
+    except EagleTrtError as exc:
+        auto = f"none: {exc.message}"
+    trtllm = install.to_dict() | {"summary": install.describe(), "auto_engine_on_gpu": auto}
     general = check_compatibility(base, draft, None)
     base_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(base).items()}
     base_d["is_llama"] = base.is_llama
@@ -31,7 +44,7 @@ def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> 
     if draft is not None:
         draft_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(draft).items()}
     return {"base": base_d, "draft": draft_d, "compatible": not general,
-            "problems": [dataclasses.asdict(p) for p in general], "engines": verdicts}
+            "problems": [dataclasses.asdict(p) for p in general], "engines": verdicts, "tensorrt_llm": trtllm}
 
 
 def _table(report: dict) -> None:
@@ -54,6 +67,8 @@ def _table(report: dict) -> None:
     for engine, v in report["engines"].items():
         status = "ok" if v["ok"] else "no: " + "; ".join(p["message"] for p in v["problems"])
         console.print(f"engine {engine}: {status}")
+    trtllm = report["tensorrt_llm"]
+    console.print(f"{trtllm['summary']}; --engine auto on a GPU: {trtllm['auto_engine_on_gpu']}")
 
 
 @click.command("inspect")

@@ -24,12 +24,15 @@ from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import configs as C
+from eagle_trt.model_repository.backend import BackendContract, backend_contract
 from eagle_trt.model_repository.configs import ServingOptions
 
 log = logging.getLogger(__name__)
 
 ENSEMBLES = {"eagle_model": "eagle_engine", "base_model": "base_engine"}
-LLMAPI_MODEL_PY = Path("/app/all_models/llmapi/tensorrt_llm/1/model.py")  # in the TRT-LLM Triton container
+# the LLM-API python model as the TensorRT-LLM Triton container ships it (model.py imports helpers.py beside it)
+LLMAPI_MODEL_DIR = Path("/app/all_models/llmapi/tensorrt_llm/1")
+LLMAPI_MODEL_FILES = ("model.py", "helpers.py")
 
 
 def write_model_repository(spec, repo_dir: str | Path, *, bundle_dir: str | Path,
@@ -75,15 +78,17 @@ def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
         elif spec.engine == "trtllm":
             engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
-            configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative)
-            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False)
+            contract = backend_contract(spec.backend_version)
+            configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative,
+                                                        contract)
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False,
+                                                          contract=contract)
         elif spec.engine == "llmapi":
             configs[engine_name] = llmapi_engine_config(engine_name, options)
             configs[ensemble_name] = llmapi_ensemble_config(ensemble_name, engine_name)
-            if LLMAPI_MODEL_PY.is_file():
-                files[f"{engine_name}/1/model.py"] = LLMAPI_MODEL_PY
-            else:
-                files[f"{engine_name}/1/README.md"] = _LLMAPI_README
+            if all((LLMAPI_MODEL_DIR / f).is_file() for f in LLMAPI_MODEL_FILES):
+                files.update({f"{engine_name}/1/{f}": LLMAPI_MODEL_DIR / f for f in LLMAPI_MODEL_FILES})
+            files[f"{engine_name}/1/README.md"] = _LLMAPI_README
         else:
             raise EagleTrtError(f"unknown engine kind {spec.engine!r}", "use pytorch, trtllm, llmapi or vllm")
     if spec.engine == "llmapi":  # the LLM-API path has its own tokenizer inside the model
@@ -120,8 +125,10 @@ def postprocessing_config(spec, options: ServingOptions) -> dict:
     )
 
 
-def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool) -> dict:
-    """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing."""
+def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool,
+                         contract: BackendContract | None = None) -> dict:
+    """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing. `contract` (trtllm) names the
+    backend's seed input and says whether perf metrics and acceptance outputs exist; None: our engine has all."""
     pre_out = {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
                "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
                "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}
@@ -132,6 +139,14 @@ def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool)
                  "return_perf_metrics": "return_perf_metrics", "exclude_input_in_output": "exclude_input_in_output"}
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS})
+    ens_inputs, ens_outputs = C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS
+    if contract is not None:
+        engine_in = {(contract.seed_input if k == "seed" else k): v for k, v in engine_in.items()}
+        if not contract.perf_metrics:
+            del engine_in["return_perf_metrics"]
+            engine_out = {k: v for k, v in engine_out.items() if k not in _ACCEPTANCE_NAMES}
+            ens_inputs = tuple(t for t in ens_inputs if t[0] != "return_perf_metrics")
+            ens_outputs = tuple(t for t in ens_outputs if t[0] not in _ACCEPTANCE_NAMES)
     post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
     if stream_key:
         pre_out["STREAM_KEY"] = "_STREAM_KEY"
@@ -146,7 +161,10 @@ def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool)
         C.step(engine_name, engine_in, engine_out),
         C.step("postprocessing", post_in, {"OUTPUT": "text_output"}),
     ]
-    return C.ensemble(name, spec.max_batch_size, C.inputs(C.ENSEMBLE_INPUTS), C.outputs(C.ENSEMBLE_OUTPUTS), steps)
+    return C.ensemble(name, spec.max_batch_size, C.inputs(ens_inputs), C.outputs(ens_outputs), steps)
+
+
+_ACCEPTANCE_NAMES = {out[0] for out in C.ACCEPTANCE_OUTPUTS}
 
 
 # ---- engine models ----------------------------------------------------------------------------------------------
@@ -168,8 +186,10 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
     )
 
 
-def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool) -> dict:
-    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1)."""
+def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool,
+                         contract: BackendContract) -> dict:
+    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1), its tensors as the targeted
+    backend release names them (model_repository.backend)."""
     parameters = {
         "max_beam_width": 1,
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -190,7 +210,7 @@ def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: P
     engine_inputs = [
         C.tensor(n, t, d, o, **({"allow_ragged_batch": True} if n == "input_ids" else
                                 {"reshape": {"shape": []}} if d == [1] else {}))
-        for n, t, d, o in C.ENGINE_INPUTS
+        for n, t, d, o in _trtllm_inputs(contract)
     ]
     fields = {
         "name": name, "backend": "tensorrtllm", "max_batch_size": spec.max_batch_size,
@@ -200,42 +220,63 @@ def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: P
             "max_queue_delay_microseconds": options.max_queue_delay_us,
             "default_queue_policy": {"max_queue_size": options.max_queue_size},
         },
-        "input": engine_inputs, "output": C.outputs(C.ENGINE_OUTPUTS),
+        "input": engine_inputs,
+        "output": C.outputs(t for t in C.ENGINE_OUTPUTS if contract.perf_metrics or t[0] not in _ACCEPTANCE_NAMES),
         "instance_group": C.instance_group("KIND_CPU", 1),  # one rank per GPU via MPI, not instances
         "parameters": C.params(parameters),
     }
     return fields
 
 
+def _trtllm_inputs(contract: BackendContract):
+    for n, t, d, o in C.ENGINE_INPUTS:
+        if n == "return_perf_metrics" and not contract.perf_metrics:
+            continue
+        yield (contract.seed_input if n == "seed" else n), t, d, o
+
+
 def llmapi_engine_config(name: str, options: ServingOptions) -> dict:
-    """Triton's LLM-API python model (tensorrtllm_backend all_models/llmapi/tensorrt_llm); model.yaml beside it."""
-    ins = C.inputs((
-        ("text_input", "TYPE_STRING", [-1], False),
-        ("streaming", "TYPE_BOOL", [1], True),
-        ("sampling_param_temperature", "TYPE_FP32", [1], True),
-        ("sampling_param_top_k", "TYPE_INT32", [1], True),
-        ("sampling_param_top_p", "TYPE_FP32", [1], True),
-        ("sampling_param_max_tokens", "TYPE_INT32", [1], True),
-        ("sampling_param_stop", "TYPE_STRING", [-1], True),
-        ("sampling_param_seed", "TYPE_UINT64", [1], True),
-        ("sampling_param_exclude_input_from_output", "TYPE_BOOL", [1], True),
-        ("return_finish_reason", "TYPE_BOOL", [1], True),
-    ))
-    outs = C.outputs((("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1])))
+    """TensorRT-LLM's LLM-API python model (triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt: the inputs
+    and outputs we use, same names and types); model.yaml beside model.py configures it."""
+    ins = C.inputs(LLMAPI_INPUTS)
+    outs = C.outputs((("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1]))
+                     + C.ACCEPTANCE_OUTPUTS)
     return {"name": name, "backend": "python", "max_batch_size": 0, "input": ins, "output": outs,
             "model_transaction_policy": {"decoupled": options.decoupled},
             "instance_group": C.instance_group("KIND_CPU", 1)}
 
 
+# (name, data_type, dims, optional) of the LLM-API model's request; the sampling_param_* are SamplingParams fields
+LLMAPI_INPUTS = (
+    ("text_input", "TYPE_STRING", [-1], False),
+    ("streaming", "TYPE_BOOL", [1], True),
+    ("sampling_param_temperature", "TYPE_FP32", [1], True),
+    ("sampling_param_top_k", "TYPE_INT32", [1], True),
+    ("sampling_param_top_p", "TYPE_FP32", [1], True),
+    ("sampling_param_max_tokens", "TYPE_INT32", [1], True),
+    ("sampling_param_stop", "TYPE_STRING", [-1], True),
+    ("sampling_param_seed", "TYPE_UINT64", [1], True),
+    ("sampling_param_exclude_input_from_output", "TYPE_BOOL", [1], True),
+    ("sampling_param_return_perf_metrics", "TYPE_BOOL", [1], True),
+    ("return_finish_reason", "TYPE_BOOL", [1], True),
+)
+# LLM-API input <- the tensorrtllm ensemble's request name (the interface of eagle_model / base_model)
+LLMAPI_FROM_ENSEMBLE = {
+    "text_input": "text_input", "streaming": "stream", "sampling_param_max_tokens": "max_tokens",
+    "sampling_param_temperature": "temperature", "sampling_param_top_k": "top_k", "sampling_param_top_p": "top_p",
+    "sampling_param_seed": "seed", "sampling_param_stop": "stop_words",
+    "sampling_param_return_perf_metrics": "return_perf_metrics",
+    "sampling_param_exclude_input_from_output": "exclude_input_in_output",
+}
+
+
 def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
-    """The tensorrtllm request names mapped onto the LLM-API model's sampling_param_* inputs."""
-    mapping = {"text_input": "text_input", "streaming": "stream", "sampling_param_max_tokens": "max_tokens",
-               "sampling_param_temperature": "temperature", "sampling_param_top_k": "top_k",
-               "sampling_param_top_p": "top_p", "sampling_param_seed": "seed", "sampling_param_stop": "stop_words"}
-    used = set(mapping.values())
+    """The tensorrtllm request names mapped onto the LLM-API model's inputs; text and acceptance outputs back."""
+    used = set(LLMAPI_FROM_ENSEMBLE.values())
     ins = [C.tensor(n, t, d, o) for n, t, d, o in C.ENSEMBLE_INPUTS if n in used]
-    steps = [C.step(engine_name, mapping, {"text_output": "text_output"})]
-    return C.ensemble(name, 0, ins, C.outputs(C.ENSEMBLE_OUTPUTS[:1]), steps)
+    outputs = {"text_output": "text_output"} | {out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS}
+    steps = [C.step(engine_name, LLMAPI_FROM_ENSEMBLE, outputs)]
+    return C.ensemble(name, 0, ins, C.outputs(C.ENSEMBLE_OUTPUTS), steps)
 
 
 def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
@@ -252,8 +293,25 @@ def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
     return configs, files
 
 
-_LLMAPI_README = """This model runs Triton's LLM-API python model (TensorRT-LLM >= 1.0 container).
-Copy its model.py here before serving:
-    cp /app/all_models/llmapi/tensorrt_llm/1/model.py .
-(model.yaml beside this file was written by eagle-trt build from the bundle's spec.)
+_LLMAPI_README = """This model is TensorRT-LLM's LLM-API python model (PyTorch backend; the only TensorRT-LLM route for EAGLE
+after 1.2, and EAGLE-3 drafts only). model.yaml beside this file was written by `eagle-trt build` from the bundle's
+spec: `triton_config` goes to Triton, every other key to tensorrt_llm.LLM(); eagle_engine's holds the
+speculative_config, base_engine's the same without it.
+
+Serve it inside a Triton TensorRT-LLM container (nvcr.io/nvidia/tritonserver:<yy.mm>-trtllm-python-py3), which
+ships the model code; copy it next to model.yaml in both engine models (model.py imports helpers.py):
+    for m in eagle_engine base_engine; do
+      cp /app/all_models/llmapi/tensorrt_llm/1/model.py /app/all_models/llmapi/tensorrt_llm/1/helpers.py \\
+         model_repository/$m/1/
+    done
+    tritonserver --model-repository model_repository --model-control-mode explicit \\
+        --load-model eagle_model --load-model base_model
+
+eagle_model / base_model take the tensorrtllm request names (text_input, max_tokens, stream, temperature, top_k,
+top_p, seed, stop_words, return_perf_metrics, exclude_input_in_output) and pass them on as text_input, streaming,
+sampling_param_max_tokens, ..., sampling_param_return_perf_metrics. The engine models can also be called directly
+with those names. With return_perf_metrics the answer carries acceptance_rate, total_accepted_draft_tokens and
+total_draft_tokens. When streaming, each text_output of this model is the text so far (the LLM API's
+CompletionOutput.text), not the new piece: `eagle-trt perf run` and the client
+(eagle_trt.client.triton.generate(..., cumulative=True)) take that into account.
 """

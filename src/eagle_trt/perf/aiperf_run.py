@@ -56,9 +56,12 @@ def find_aiperf() -> str:
 
 
 def run_aiperf(model: str, url: str, input_file: Path, tokenizer: Path, requests: int, warmup: int,
-               artifact_dir: Path, log_file: Path) -> RunResult:
+               artifact_dir: Path, log_file: Path, cumulative: bool = False,
+               perf_metrics: bool = True) -> RunResult:
+    """`cumulative`: the model streams the text so far in each response (TensorRT-LLM's LLM-API model).
+    `perf_metrics`: request the acceptance figures (False where the backend has no return_perf_metrics)."""
     cmd = aiperf_command(model, str(input_file), str(tokenizer), url=url, requests=requests, warmup=warmup,
-                         artifact_dir=str(artifact_dir), aiperf=find_aiperf())
+                         artifact_dir=str(artifact_dir), aiperf=find_aiperf(), perf_metrics=perf_metrics)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     artifact_dir.mkdir(parents=True, exist_ok=True)
     (artifact_dir / "command.json").write_text(json.dumps(cmd))
@@ -68,10 +71,10 @@ def run_aiperf(model: str, url: str, input_file: Path, tokenizer: Path, requests
         tail = log_file.read_text(encoding="utf-8")[-1500:]
         raise EagleTrtError(f"AIPerf failed on {model} (exit {proc.returncode}); log {log_file}:\n{tail}",
                             "check that the server is up and the model is loaded")
-    return read_aiperf_dir(artifact_dir, model)
+    return read_aiperf_dir(artifact_dir, model, cumulative)
 
 
-def read_aiperf_dir(artifact_dir: Path, model: str | None = None) -> RunResult:
+def read_aiperf_dir(artifact_dir: Path, model: str | None = None, cumulative: bool = False) -> RunResult:
     """Parse an AIPerf artifact directory (profile_export_aiperf.json + profile_export_raw.jsonl)."""
     summary_file = artifact_dir / "profile_export_aiperf.json"
     if not summary_file.exists():
@@ -84,7 +87,7 @@ def read_aiperf_dir(artifact_dir: Path, model: str | None = None) -> RunResult:
     model = model or (summary.get("input_config", {}).get("endpoint", {}).get("model_names") or ["?"])[0]
     raw = artifact_dir / "profile_export_raw.jsonl"
     metrics = _read_metrics(artifact_dir / "profile_export.jsonl")
-    requests = _read_raw(raw, metrics) if raw.exists() else []
+    requests = _read_raw(raw, metrics, cumulative) if raw.exists() else []
     return RunResult(model, summary, requests, artifact_dir)
 
 
@@ -100,7 +103,7 @@ def _read_metrics(path: Path) -> dict[str, dict]:
     return out
 
 
-def _read_raw(path: Path, all_metrics: dict[str, dict]) -> list[RequestResult]:
+def _read_raw(path: Path, all_metrics: dict[str, dict], cumulative: bool = False) -> list[RequestResult]:
     out = []
     for line in path.read_text(encoding="utf-8").split("\n"):
         if not line.strip():
@@ -114,6 +117,8 @@ def _read_raw(path: Path, all_metrics: dict[str, dict]) -> list[RequestResult]:
             payload = json.loads(payload)
         events = _events(rec)
         texts = [e.get("text_output", "") for e in events]
+        if cumulative:
+            texts = [t for t in texts if isinstance(t, str)][-1:]  # the last response holds the whole text
         metrics = rec.get("metrics") or all_metrics.get(meta.get("x_request_id"), {})
         out.append(RequestResult(
             prompt=payload.get("text_input", ""), text="".join(t for t in texts if isinstance(t, str)),
@@ -150,10 +155,17 @@ def _accepted_lengths(events: list[dict]) -> list[int]:
     """Per verify step, from the cumulative acceptance outputs of the streamed responses."""
     lengths, prev_acc, prev_draft = [], 0, 0
     for e in events:
-        acc, drafted = e.get("total_accepted_draft_tokens"), e.get("total_draft_tokens")
+        acc, drafted = _count(e.get("total_accepted_draft_tokens")), _count(e.get("total_draft_tokens"))
         if acc is None or drafted is None:
             continue
         if drafted > prev_draft:
             lengths.append(1 + acc - prev_acc)
         prev_acc, prev_draft = acc, drafted
     return lengths
+
+
+def _count(value) -> int | None:
+    """An acceptance counter as int (the LLM-API model sends it as a string, sometimes in a list)."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else int(float(value))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from eagle_trt.model_repository.backend import acceptance_figures
 from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
 
 DEFAULT_MAX_TOKENS = 256
@@ -14,27 +15,32 @@ MODELS = ("eagle_model", "base_model")
 
 
 def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: int, url: str = "localhost:8001",
-                       requests: int = 80, warmup: int = 2) -> list[str]:
+                       requests: int = 80, warmup: int = 2, perf_metrics: bool = True) -> list[str]:
     """genai-perf against the Triton service with the tensorrtllm backend (Triton SDK container; needs
-    perf_analyzer), as in the Triton speculative-decoding tutorial."""
+    perf_analyzer), as in the Triton speculative-decoding tutorial. `perf_metrics`: ask for the acceptance
+    figures (False for a backend without return_perf_metrics, which would refuse the input)."""
     return ["genai-perf", "profile", "-m", model, "--service-kind", "triton", "--backend", "tensorrtllm",
             "--input-file", input_file, "--tokenizer", tokenizer, "--url", url, "--concurrency", "1",
             "--streaming", "--output-tokens-mean", str(max_tokens), "--request-count", str(requests),
-            "--warmup-request-count", str(warmup), "--extra-inputs", "return_perf_metrics:true",
+            "--warmup-request-count", str(warmup), *_perf_metrics_input(perf_metrics),
             "--profile-export-file", f"{model}.json", "--artifact-dir", f"artifacts/genai-perf/{model}"]
 
 
 def aiperf_command(model: str, input_file: str, tokenizer: str, url: str = "http://127.0.0.1:8000",
                    requests: int = 80, warmup: int = 2, artifact_dir: str | None = None,
-                   aiperf: str = "aiperf") -> list[str]:
+                   aiperf: str = "aiperf", perf_metrics: bool = True) -> list[str]:
     """AIPerf with our plugin's triton-generate endpoint (streaming, so TTFT and ITL are measured)."""
     return [aiperf, "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
             "--endpoint-type", "triton_generate", "--custom-endpoint", f"/v2/models/{model}/generate_stream",
             "--streaming", "--input-file", input_file, "--custom-dataset-type", "single_turn",
             "--concurrency", "1", "--request-count", str(requests), "--warmup-request-count", str(warmup),
-            "--extra-inputs", "temperature:0.0", "--extra-inputs", "return_perf_metrics:true",
+            "--extra-inputs", "temperature:0.0", *_perf_metrics_input(perf_metrics),
             "--random-seed", "0", "--export-level", "raw", "--no-gpu-telemetry", "--no-server-metrics",
             "--ui-type", "none", "--artifact-dir", artifact_dir or f"artifacts/aiperf/{model}"]
+
+
+def _perf_metrics_input(perf_metrics: bool) -> list[str]:
+    return ["--extra-inputs", "return_perf_metrics:true"] if perf_metrics else []
 
 
 def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> Path:
@@ -56,7 +62,8 @@ def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) 
              "# at concurrency 1, greedy, same prompts and max tokens. Serve the bundle first (gRPC port 8001).",
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}']
     for model in MODELS:
-        cmd = genai_perf_command(model, "${DATASET}.genai_perf.jsonl", tokenizer, max_tokens)
+        cmd = genai_perf_command(model, "${DATASET}.genai_perf.jsonl", tokenizer, max_tokens,
+                                 perf_metrics=acceptance_figures(spec))
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "genai_perf.sh", lines)
     lines = ["#!/usr/bin/env bash", "# AIPerf (pip install aiperf==0.13.0 + our plugin: pip install --no-deps",
@@ -65,7 +72,8 @@ def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) 
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}',
              'URL=${URL:-http://127.0.0.1:8000}']
     for model in MODELS:
-        cmd = aiperf_command(model, "${DATASET}.aiperf.jsonl", tokenizer, url="${URL}")
+        cmd = aiperf_command(model, "${DATASET}.aiperf.jsonl", tokenizer, url="${URL}",
+                             perf_metrics=acceptance_figures(spec))
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "aiperf.sh", lines)
     (perf / "README.md").write_text(
