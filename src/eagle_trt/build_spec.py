@@ -16,12 +16,12 @@ from pathlib import Path
 from eagle_trt import __version__
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION, parse_backend_version
-from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
+from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_llmapi, validate_for_trtllm
 
 SPEC_FILE = "eagle_trt_spec.json"
 ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = PRECISIONS
 DEFAULT_TREE = "mc_sim_7b_63"
 DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"
 DEFAULT_LLMAPI_TREE = "chain:3"  # TensorRT-LLM's EAGLE-3 examples; its static trees are deprecated (llm_args.py)
@@ -48,6 +48,8 @@ class BuildSpec:
     device: str = "cpu"
     chat_template: bool = True
     backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
+    draft_vocab: int | None = None  # pytorch engine: FR-Spec draft vocabulary (None: the draft's file; 0: full)
+    tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (perf/calibrate.py)
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
@@ -58,7 +60,8 @@ class BuildSpec:
                max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
                num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
                device: str = "cpu", chat_template: bool = True,
-               backend_version: str = DEFAULT_BACKEND_VERSION) -> BuildSpec:
+               backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
+               tree_tuning: dict | None = None) -> BuildSpec:
         """Read and check base + draft, fill defaults from the tree and the base, and validate everything."""
         base = ModelSpec.from_dir(base_dir)
         draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
@@ -69,7 +72,7 @@ class BuildSpec:
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
         runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine == "llmapi" else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":
-            dtype = _auto_dtype(base.torch_dtype, engine, device)
+            dtype = auto_dtype(base.torch_dtype, engine, device)
         max_seq_len = max_seq_len or min(8192, base.max_position_embeddings)
         max_input_len = max_input_len or max(1, min(4096, max_seq_len // 2))
         spec = cls(
@@ -80,7 +83,8 @@ class BuildSpec:
             num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
             max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
                                       else max(static.non_leaves_per_depth())),
-            device=device, chat_template=chat_template, backend_version=backend_version,
+            device=device, chat_template=chat_template, backend_version=backend_version, draft_vocab=draft_vocab,
+            tree_tuning=tree_tuning,
         )
         spec.validate()
         return spec
@@ -117,6 +121,11 @@ class BuildSpec:
                     problems.append(f"tp_size {self.tp_size} does not divide the base's {what} {value}")
         if self.engine == "pytorch" and self.tp_size != 1:
             problems.append("the pytorch engine runs on one device: tp_size must be 1")
+        if self.dtype == "int8" and (self.engine != "pytorch" or self.device != "cpu"):
+            problems.append(f"dtype int8 is the pytorch engine's CPU mode (engine {self.engine}, device "
+                            f"{self.device}): use float16/bfloat16 on a GPU")
+        if self.draft_vocab is not None and (not isinstance(self.draft_vocab, int) or self.draft_vocab < 0):
+            problems.append(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
         try:
             runtime = parse_tree_arg(self.runtime_tree)
             if self.engine == "llmapi":
@@ -202,7 +211,8 @@ def _static_tree(value: str) -> Tree:
     return parse_tree_arg("static:" + value).tree
 
 
-def _auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
+def auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
+    """What `--dtype auto` means for this base, engine and device."""
     if engine == "pytorch" and device == "cpu":
         return "float32"  # CPU matmuls in half precision are slow and lossy; fp32 is the oracle's dtype
     if torch_dtype in ("float16", "bfloat16"):

@@ -27,6 +27,9 @@ from eagle_trt.errors import EagleTrtError
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
 
+# Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/fast.py); the others are torch dtypes.
+PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+
 
 def read_config(path: Path, what: str) -> dict:
     """config.json of a checkpoint dir as a dict, with precise errors."""

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.runtime.fast import PRECISIONS
+from eagle_trt.spec import PRECISIONS
 
 
 @click.command("bench")
 @click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path))
 @click.option("--draft", "draft_dirs", type=click.Path(path_type=Path), multiple=True,
               help="EAGLE draft; repeat to compare drafts (e.g. EAGLE-1 vs EAGLE-3) on the same prompts.")
-@click.option("--trees", default="chain:3;dynamic:4,4,12", show_default=True,
-              help="Tree settings separated by ';' (chain:N | static:NAME|FILE | dynamic:D,K,T).")
+@click.option("--trees", default="auto;chain:3;dynamic:4,4,8", show_default=True,
+              help="Tree settings separated by ';' (auto | chain:N | static:NAME|FILE | dynamic:D,K,T); auto: tuned "
+                   "to this machine and draft (perf/calibrate.py, cached), its predicted tok/s shown beside.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
 @click.option("--prompts", type=int, default=10, show_default=True, help="0 = every prompt of the dataset.")
 @click.option("--max-tokens", type=int, default=64, show_default=True)

@@ -50,7 +50,7 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 @click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_size, max_input_len, max_seq_len,
+def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len, max_seq_len,
               tp_size, backend_version, chat_template, engine_instances, preprocessing_instances,
               postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
               skip_convert, skip_engines, force, as_json):
@@ -64,12 +64,17 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, device, max_batch_s
       eagle-trt build --base ./Llama-3.1-8B-Instruct --draft ./EAGLE3-LLaMA3.1-Instruct-8B -o out --engine llmapi \\
           --tree chain:3 --dry-run
     """
+    from eagle_trt.build.bundle import choose_engine
     from eagle_trt.model_repository import ServingOptions
+    from eagle_trt.perf.calibrate import AUTO, tuned_tree
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
                     "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
-                    "backend_version": backend_version}
-    if tree is not None:
+                    "backend_version": backend_version, "draft_vocab": draft_vocab}
+    if tree == AUTO or (tree is None and draft_dir is not None and choose_engine(engine, draft_dir, device) == "pytorch"):
+        spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
+                                       echo=lambda m: click.echo(m, err=True)))
+    elif tree is not None:
         if tree.startswith("dynamic:"):
             spec_options["runtime_tree"] = tree
         else:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 
-DEMO_TREE = "chain:2"  # on 2 CPU cores verification cost grows with tree size: keep the tree short
+from eagle_trt.spec import PRECISIONS
+
+DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU (runtime/fast.py)
 
 
 @click.command("demo")
@@ -16,10 +18,13 @@ DEMO_TREE = "chain:2"  # on 2 CPU cores verification cost grows with tree size: 
               show_default=True, help="Where the demo bundle and report go (replaced on each run).")
 @click.option("--requests", type=int, default=8, show_default=True, help="MT-bench prompts to measure.")
 @click.option("--max-tokens", type=int, default=64, show_default=True)
-@click.option("--tree", default=DEMO_TREE, show_default=True, help="Runtime tree of the PyTorch engine.")
+@click.option("--tree", default="auto", show_default=True,
+              help="Runtime tree of the PyTorch engine; auto: tuned to this machine (cached after the first run).")
+@click.option("--dtype", type=click.Choice(PRECISIONS), default=DEMO_DTYPE, show_default=True,
+              help="Precision of both engines (eagle_model and base_model use the same weights).")
 @click.option("--draft-format", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True,
               help="Which shipped SmolLM2 draft to serve.")
-def demo_cmd(out_dir, requests, max_tokens, tree, draft_format):
+def demo_cmd(out_dir, requests, max_tokens, tree, dtype, draft_format):
     """Build, serve and measure the embedded default end to end; print speedup, mean accepted length and whether
     eagle and base outputs are identical.
 
@@ -29,6 +34,7 @@ def demo_cmd(out_dir, requests, max_tokens, tree, draft_format):
     """
     from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
+    from eagle_trt.perf.calibrate import AUTO, tuned_tree
     from eagle_trt.perf.report import summary_table
     from eagle_trt.perf.run import PerfRequest, run_perf
 
@@ -37,12 +43,16 @@ def demo_cmd(out_dir, requests, max_tokens, tree, draft_format):
     say("[1/3] demo base and draft")
     base, draft = materialize_demo_base(), shipped_draft_dir(draft_format)
     say(f"  base  {base}\n  draft {draft}")
-    say(f"[2/3] eagle-trt build --engine pytorch --tree {tree} -o {out_dir}")
-    plan = plan_build(base, draft, out_dir, engine="pytorch", runtime_tree=tree, device="cpu")
+    options = {"runtime_tree": tree}
+    if tree == AUTO:
+        options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say)
+    say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['runtime_tree']} -o {out_dir}")
+    plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
     bundle = build_bundle(plan, force=True)
     say(f"[3/3] perf run: MT-bench first {requests} prompts, {max_tokens} tokens, concurrency 1")
     report = run_perf(PerfRequest(bundle, None, "mt-bench", requests, max_tokens, 1), echo=say)
     click.echo("")
     click.echo(summary_table(report))
+    click.echo(f"tree: {plan.spec.runtime_tree}, dtype: {dtype} (eagle_model and base_model alike)")
     click.echo(f"report: {bundle / 'perf' / 'report.md'}")
     click.echo(f"demo finished in {time.time() - t0:.0f} s")

@@ -10,16 +10,20 @@ import click
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.datasets import encode_prompt
+from eagle_trt.spec import PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
 
 
 def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool, max_tokens: int, sampling,
-              tree: str, device: str, dtype: str, stream: bool, as_json: bool) -> dict:
+              tree: str, device: str, dtype: str, stream: bool, as_json: bool, draft_vocab: int | None = None) -> dict:
     from transformers import AutoTokenizer
 
+    from eagle_trt.perf.calibrate import resolve_tree
     from eagle_trt.runtime import EagleEngine
 
-    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype)
+    tree, _ = resolve_tree(tree, base_dir, draft_dir, echo=lambda m: click.echo(m, err=True), device=device,
+                           dtype=dtype, draft_vocab=draft_vocab)
+    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype, draft_vocab=draft_vocab)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     ids = encode_prompt(tokenizer, prompt, chat)
     tokens, printed, reason, stats = [], "", "length", None
@@ -57,13 +61,17 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
-@click.option("--tree", default="dynamic:5,8,48", show_default=True, help=f"Local mode: {TREE_ARG_HELP}.")
+@click.option("--tree", default="auto", show_default=True,
+              help=f"Local mode: {TREE_ARG_HELP} | auto (tuned to this machine and draft, cached).")
 @click.option("--device", default="cpu", show_default=True, help="Local mode: cpu or cuda.")
-@click.option("--dtype", type=click.Choice(["float32", "float16", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
+              help="Local mode; int8: int8 linears on the CPU (plain decoding with the same weights is identical).")
+@click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
+              help="Local mode, EAGLE-1/2 draft: FR-Spec vocabulary size (0: full; default: the draft's file).")
 @click.option("--stream", is_flag=True, help="Print text as tokens commit.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: text, token_ids, stats.")
 def generate_cmd(prompt, base_dir, draft_dir, url, model, chat, max_tokens, temperature, top_p, top_k, seed, tree,
-                 device, dtype, stream, as_json):
+                 device, dtype, draft_vocab, stream, as_json):
     """Generate text with EAGLE speculative decoding.
 
     \b
@@ -91,5 +99,5 @@ def generate_cmd(prompt, base_dir, draft_dir, url, model, chat, max_tokens, temp
         return
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     run_local(base_dir, draft_dir, prompt, chat=chat, max_tokens=max_tokens, sampling=sampling, tree=tree,
-              device=device, dtype=dtype, stream=stream, as_json=as_json)
+              device=device, dtype=dtype, stream=stream, as_json=as_json, draft_vocab=draft_vocab)
     sys.stdout.flush()

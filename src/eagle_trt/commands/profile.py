@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.runtime.fast import PRECISIONS
+from eagle_trt.spec import PRECISIONS
 
 
 def _ints(text: str) -> tuple[int, ...]:

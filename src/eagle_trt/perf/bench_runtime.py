@@ -45,8 +45,10 @@ def _encode_all(cfg: BenchConfig) -> list[list[int]]:
     return [encode_prompt(tok, p.text, cfg.chat) for p in (prompts[: cfg.prompts] if cfg.prompts else prompts)]
 
 
-def _settings(cfg: BenchConfig) -> dict[str, tuple[Path | None, str]]:
-    """Row name -> (draft, tree). With several drafts each row is prefixed by the draft's format (or its dir)."""
+def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
+    """(row name -> (draft, concrete tree), draft -> its `--tree auto` tuning). With several drafts each row is
+    prefixed by the draft's format (or its dir); `auto` rows are named `auto=<the tree it chose>`."""
+    from eagle_trt.perf.calibrate import AUTO, TuneRequest, tune
     from eagle_trt.spec import DraftSpec
 
     out: dict[str, tuple[Path | None, str]] = {"plain": (None, "chain:1")}
@@ -54,10 +56,16 @@ def _settings(cfg: BenchConfig) -> dict[str, tuple[Path | None, str]]:
     labels = [DraftSpec.from_dir(d).format for d in drafts]
     if len(set(labels)) < len(labels):
         labels = [Path(d).name for d in drafts]
+    tunings = {}
     for draft, label in zip(drafts, labels):
+        if AUTO in cfg.trees:
+            tunings[draft] = tune(TuneRequest(Path(cfg.base), Path(draft), device=cfg.device, dtype=cfg.dtype,
+                                              draft_vocab=cfg.draft_vocab), echo=echo)
         for tree in cfg.trees:
-            out[f"{label} {tree}" if len(drafts) > 1 else tree] = (draft, tree)
-    return out
+            concrete = tunings[draft]["chosen"]["tree"] if tree == AUTO else tree
+            name = f"auto={concrete}" if tree == AUTO else tree
+            out[f"{label} {name}" if len(drafts) > 1 else name] = (draft, concrete)
+    return out, tunings
 
 
 def _empty_row() -> dict:
@@ -87,8 +95,10 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
     `checkpoint`, the partial result is rewritten after every prompt."""
     from eagle_trt.runtime import EagleEngine
 
+    from eagle_trt.perf.calibrate import predict
+
     prompts = _encode_all(cfg)
-    settings = _settings(cfg)
+    settings, tunings = _settings(cfg, echo)
     engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
     stop = engines["plain"].base_spec.eos_token_ids
@@ -110,7 +120,16 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
             r["draft_s"] += res.stats.draft_time_s
             r["verify_s"] += res.stats.verify_time_s
             r["outputs"].append(res.token_ids)
-        result = {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": _summarise(rows),
+        summary = _summarise(rows)
+        for name, (draft, tree) in settings.items():
+            guess = predict(tunings[draft], tree) if draft in tunings else None
+            if guess is not None:
+                summary[name]["predicted_tok_per_s"] = guess.tok_per_s
+                summary[name]["predicted_accepted_length"] = guess.accepted_length
+            elif tunings and draft is None:
+                summary[name]["predicted_tok_per_s"] = 1000.0 / next(iter(tunings.values()))["measured_plain_ms"]
+        result = {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": summary,
+                  "tunings": {str(d): t["chosen"] for d, t in tunings.items()},
                   "prompts_done": i + 1, "prompts_total": len(prompts),
                   "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()}}
         if checkpoint is not None:
@@ -122,13 +141,14 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
 
 
 def format_table(result: dict) -> str:
-    lines = ["| setting | tok/s | speedup | mean accepted length | acceptance rate | draft s | verify s | identical |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | tok/s | predicted tok/s | speedup | mean accepted length | acceptance rate | draft s | "
+             "verify s | identical |", "|---|---|---|---|---|---|---|---|---|"]
     n = result.get("prompts_total", 0)
     for name, r in result["rows"].items():
-        lines.append(f"| {name} | {r['tok_per_s']:.1f} | {r['speedup']:.2f}x | {r['mean_accepted_length']:.2f} | "
-                     f"{r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | {r['verify_s']:.1f} | "
-                     f"{'yes' if r['identical_to_plain'] else 'NO'} ({r['identical_prompts']}/{n}) |")
+        guess = f"{r['predicted_tok_per_s']:.1f}" if "predicted_tok_per_s" in r else "-"
+        lines.append(f"| {name} | {r['tok_per_s']:.1f} | {guess} | {r['speedup']:.2f}x | "
+                     f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
+                     f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} ({r['identical_prompts']}/{n}) |")
     return "\n".join(lines)
 
 

@@ -98,9 +98,17 @@ def _run(engine, prompts, max_tokens) -> tuple[float, float]:
     return sum(lengths) / max(len(lengths), 1), 1000.0 * seconds / max(len(lengths), 1)
 
 
+def _code_digest() -> str:
+    """The runtime's and the tuner's source: a change to either can move every cost, so it re-tunes."""
+    here = Path(__file__).resolve().parent
+    files = sorted((here.parent / "runtime").glob("*.py")) + [here / "profile.py", here / "calibrate.py",
+                                                               here / "tree_tuner.py"]
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
+
 def cache_key(req: TuneRequest) -> str:
-    parts = [TUNER_VERSION, req.device, req.dtype, req.draft_vocab, req.prompts, req.max_tokens, req.max_nodes,
-             torch.get_num_threads(), platform.machine(), platform.processor(), torch.__version__]
+    parts = [TUNER_VERSION, _code_digest(), req.device, req.dtype, req.draft_vocab, req.prompts, req.max_tokens,
+             req.max_nodes, torch.get_num_threads(), platform.machine(), platform.processor(), torch.__version__]
     for d in (req.base, req.draft):
         for f in sorted(Path(d).glob("*")):
             if f.is_file() and f.suffix in (".json", ".safetensors", ".bin", ".gguf"):
@@ -188,3 +196,22 @@ def resolve_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: Non
         return "chain:1", None
     result = tune(TuneRequest(Path(base), Path(draft), **load), echo=echo)
     return result["chosen"]["tree"], result
+
+
+def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: str, draft_vocab: int | None,
+               echo=lambda msg: None) -> dict:
+    """Build options for `--tree auto`: {"runtime_tree": the tuned tree, "tree_tuning": what the bundle records}."""
+    from eagle_trt.build_spec import auto_dtype
+    from eagle_trt.errors import EagleTrtError
+    from eagle_trt.spec import ModelSpec
+
+    if engine not in ("auto", "pytorch"):
+        raise EagleTrtError(f"--tree auto tunes the pytorch engine's runtime tree, not engine {engine!r}",
+                            "pass a static tree (e.g. --tree mc_sim_7b_63 or chain:3) for TensorRT-LLM engines")
+    if draft is None:
+        return {}
+    if dtype == "auto":
+        dtype = auto_dtype(ModelSpec.from_dir(base).torch_dtype, "pytorch", device)
+    result = tune(TuneRequest(Path(base), Path(draft), device=device, dtype=dtype, draft_vocab=draft_vocab), echo)
+    chosen = result["chosen"]
+    return {"runtime_tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"]}}

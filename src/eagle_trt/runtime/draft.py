@@ -25,7 +25,7 @@ class DraftHead(nn.Module):
     def setup_cache(self, max_len: int) -> None:
         if self.cache is not None and self.cache.max_len >= max_len:
             return
-        p = self.fc.weight
+        p = self.embed_tokens.weight  # float (fc may be an Int8Linear)
         self.cache = KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, p.dtype, p.device)
         self.rope = Rope(self.args, max_len, p.dtype, p.device)
 

@@ -47,7 +47,9 @@ class DraftTree:
 
 
 def root_only(root: int, device) -> DraftTree:
-    return DraftTree.from_parents(torch.tensor([root], device=device), [-1], device)
+    """The bare root: plain decoding through the verify path."""
+    return DraftTree(torch.tensor([root], device=device), [-1], torch.zeros(1, dtype=torch.long, device=device),
+                     torch.ones(1, 1, dtype=torch.bool, device=device), [[]])
 
 
 class _TreeRows:
@@ -72,50 +74,77 @@ class _TreeRows:
 
 
 @dataclass(frozen=True)
+class DepthStep:
+    """What drafting one depth of a static tree needs, precomputed: which parents' top-k feed which nodes, and the
+    draft forward over the nodes that have children (their rows' mask over the tree rows written so far)."""
+
+    nodes: list[int]  # node ids at this depth
+    parent_ids: list[int]  # distinct parents, in the order their draft outputs are stacked
+    idx_parent: torch.Tensor  # [len(nodes)] index into parent_ids
+    idx_rank: torch.Tensor  # [len(nodes)] draft rank of each node
+    k: int  # top-k needed at this depth
+    expand: list[int]  # nodes at this depth that have children (drafted further)
+    expand_feats: list[int]  # their parents (whose outputs are their features)
+    tree_mask: torch.Tensor | None  # [len(expand), rows so far incl. these] bool over the tree rows
+    rows_before: int  # tree rows written before this depth
+
+
+@dataclass(frozen=True)
 class StaticPlan:
-    """A static tree grouped by depth, precomputed once."""
+    """A static tree grouped by depth, with every structural tensor built once (not per step)."""
 
     tree: Tree
-    by_depth: list[list[int]]  # node ids at each depth 1..D
     parents: list[int]
-    ranks: list[int]
-    has_children: list[bool]
+    steps: list[DepthStep]
+    draft_tree_parts: tuple  # (depths [N+1], mask [N+1, N+1], children) for DraftTree
 
     @classmethod
-    def of(cls, tree: Tree) -> StaticPlan:
+    def of(cls, tree: Tree, device="cpu") -> StaticPlan:
         parents, depths, ranks = tree.parents().tolist(), tree.depths().tolist(), tree.ranks().tolist()
-        by_depth = [[n for n in range(1, len(parents)) if depths[n] == d] for d in range(1, tree.depth + 1)]
         kids = set(parents[1:])
-        return cls(tree, by_depth, parents, ranks, [n in kids for n in range(len(parents))])
+        row_of, ancestors, steps = {}, {0: []}, []
+        for depth in range(1, tree.depth + 1):
+            nodes = [n for n in range(1, len(parents)) if depths[n] == depth]
+            parent_ids = sorted({parents[x] for x in nodes})
+            slot = {p: i for i, p in enumerate(parent_ids)}
+            expand = [x for x in nodes if x in kids]
+            rows_before = len(row_of)
+            mask = None
+            if expand:
+                mask = torch.zeros(len(expand), rows_before + len(expand), dtype=torch.bool)
+                for i, x in enumerate(expand):
+                    ancestors[x] = ancestors[parents[x]] + [rows_before + i]
+                    mask[i, ancestors[x]] = True
+                    row_of[x] = rows_before + i
+                mask = mask.to(device)
+            steps.append(DepthStep(nodes, parent_ids, torch.tensor([slot[parents[x]] for x in nodes], device=device),
+                                   torch.tensor([ranks[x] for x in nodes], device=device),
+                                   max(ranks[x] for x in nodes) + 1, expand, [parents[x] for x in expand], mask,
+                                   rows_before))
+        full = DraftTree.from_parents(torch.zeros(len(parents), dtype=torch.long), parents, device)
+        return cls(tree, parents, steps, (full.depths, full.mask, full.children))
 
 
 @torch.inference_mode()
 def draft_static(draft: DraftHead, plan: StaticPlan, root: int, root_out: torch.Tensor, stable: int) -> DraftTree:
     """Fill a static tree: each node takes the rank-r token of its parent's draft distribution."""
     device = root_out.device
-    n = len(plan.parents)
-    tokens = torch.empty(n, dtype=torch.long, device=device)
+    tokens = torch.empty(len(plan.parents), dtype=torch.long, device=device)  # [N+1]
     tokens[0] = root
     outs = {0: root_out[0]}  # node -> draft output hidden [H]
-    rows = _TreeRows(stable, device)
-    for depth, nodes in enumerate(plan.by_depth, start=1):
-        parent_ids = sorted({plan.parents[x] for x in nodes})
-        k = max(plan.ranks[x] for x in nodes) + 1
-        _, top = draft.topk(torch.stack([outs[p] for p in parent_ids]), k)  # [num_parents, k]
-        slot = {p: i for i, p in enumerate(parent_ids)}
-        idx_parent = torch.tensor([slot[plan.parents[x]] for x in nodes], device=device)
-        idx_rank = torch.tensor([plan.ranks[x] for x in nodes], device=device)
-        tokens[nodes] = top[idx_parent, idx_rank]
-        expand = [x for x in nodes if plan.has_children[x]]
-        if not expand:
+    for depth, step in enumerate(plan.steps, start=1):
+        _, top = draft.topk(torch.stack([outs[p] for p in step.parent_ids]), step.k)  # [num_parents, k]
+        tokens[step.nodes] = top[step.idx_parent, step.idx_rank]
+        if not step.expand:
             continue
-        feats = torch.stack([outs[plan.parents[x]] for x in expand])  # [t, H]
-        mask = rows.mask(expand, [plan.parents[x] for x in expand])
-        start = stable + len(rows.row_of) - len(expand)
-        pos = torch.full((len(expand),), stable + depth - 1, dtype=torch.long, device=device)
-        out = draft(tokens[expand], feats, pos, start, mask)
-        outs.update({x: out[i] for i, x in enumerate(expand)})
-    return DraftTree.from_parents(tokens, plan.parents, device)
+        feats = torch.stack([outs[p] for p in step.expand_feats])  # [t, H]
+        t = len(step.expand)
+        mask = torch.cat((torch.ones(t, stable, dtype=torch.bool, device=device), step.tree_mask), dim=1)
+        pos = torch.full((t,), stable + depth - 1, dtype=torch.long, device=device)  # [t]
+        out = draft(tokens[step.expand], feats, pos, stable + step.rows_before, mask)  # [t, H]
+        outs.update({x: out[i] for i, x in enumerate(step.expand)})
+    depths, mask, children = plan.draft_tree_parts
+    return DraftTree(tokens, plan.parents, depths, mask, children)
 
 
 @torch.inference_mode()

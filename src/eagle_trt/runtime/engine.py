@@ -90,7 +90,7 @@ class EagleEngine:
         self.tree, self.device, self.max_seq_len = tree, device, max_seq_len
         self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
-        self.plan = StaticPlan.of(tree.tree) if tree.kind != "dynamic" else None
+        self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = base.args.eagle3_layers if draft is not None and draft.format == "eagle3" else ()
         room = max_seq_len + tree.max_draft_tokens + 2
         base.setup_cache(room)

@@ -16,8 +16,7 @@ import torch
 from torch import nn
 
 from eagle_trt.errors import EagleTrtError
-
-PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+from eagle_trt.spec import PRECISIONS
 INT8_MAX = 127.0
 
 

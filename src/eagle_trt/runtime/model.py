@@ -126,12 +126,12 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     heads, t, d = q.shape
     kv_heads = k.shape[0]
     group = heads // kv_heads
-    scores = torch.matmul(q.double().reshape(kv_heads, group * t, d), k.double().transpose(1, 2))  # [KV, g*T, S]
-    scores = scores.mul_(d ** -0.5).view(kv_heads, group, t, -1)
+    q = q.double().mul_(d ** -0.5).reshape(kv_heads, group * t, d)  # [KV, g*T, D]
+    scores = torch.matmul(q, k.double().transpose(1, 2)).view(kv_heads, group, t, -1)  # [KV, g, T, S]
     if mask is not None:
         scores[..., -t:].masked_fill_(~mask[:, -t:], float("-inf"))  # the block's own columns
     probs = torch.softmax(scores, dim=-1).view(kv_heads, group * t, -1)
-    return torch.matmul(probs, v.double()).view(heads, t, d).to(q.dtype)  # [heads, T, D]
+    return torch.matmul(probs, v.double()).view(heads, t, d).float()  # [heads, T, D]
 
 
 def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
@@ -272,7 +272,8 @@ class Llama(nn.Module):
             return
         p = self.embed_tokens.weight
         a = self.args
-        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, p.dtype, p.device)
+        cache_dtype = torch.float64 if self.batch_invariant else p.dtype  # exact_attention reads float64
+        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
         self.rope = Rope(a, max_len, p.dtype, p.device)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, start: int,

@@ -1,0 +1,119 @@
+"""The int8 engine (runtime/fast.py): exact per-row int8 arithmetic, a batch-invariant forward (a verify row equals a
+one-token decode step bit for bit, through a tree's gaps), greedy identity against the same engine's plain int8
+decoding, and the FR-Spec truncated draft vocabulary."""
+
+import json
+
+import pytest
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime.fast import Int8Linear, check_precision
+from runtime_helpers import OracleDraft
+
+PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
+
+
+@pytest.fixture(scope="module")
+def int8_plain(tiny_base):
+    engine = EagleEngine.load(tiny_base, None, dtype="int8")
+    return {tuple(p): engine.generate_all(p, 40).token_ids for p in PROMPTS}
+
+
+def test_int8_linear_rows_are_independent_and_close_to_fp32():
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 64, generator=gen)  # [N, K]
+    x = torch.randn(7, 64, generator=gen) * torch.arange(1, 8).float()[:, None]  # rows of very different scale
+    lin = Int8Linear(weight)
+    assert lin.qweight_t.dtype == torch.int8 and lin.qweight_t.shape == (64, 96)
+    batch = lin(x)  # [7, 96]
+    for i in range(7):
+        assert torch.equal(lin(x[i:i + 1])[0], batch[i])  # bit for bit, whatever else is in the batch
+    ref = x @ weight.t()
+    assert ((batch - ref).norm() / ref.norm()).item() < 0.02
+    rows = torch.tensor([5, 0, 93])
+    sliced = Int8Linear.from_rows(lin, rows)
+    assert torch.equal(sliced(x), batch[:, rows])  # FR-Spec head rows: the same numbers as the full head
+
+
+def _decode(model, token, pos):
+    logits, _, _ = model(torch.tensor([token]), torch.tensor([pos]), pos)
+    return logits[0]
+
+
+def test_int8_forward_is_batch_invariant_through_tree_gaps(tiny_base):
+    base = EagleEngine.load(tiny_base, None, dtype="int8").base
+    prompt = torch.tensor(PROMPTS[0])
+    p = len(prompt)
+    with torch.inference_mode():
+        base(prompt, torch.arange(p), 0)
+        root, a, b, c = 40, 41, 42, 43
+        plain = [_decode(base, root, p), _decode(base, b, p + 1), _decode(base, c, p + 2)]
+        # root; a and b both children of the root; c child of b: c's path skips slot p+1 (a's)
+        parents = [-1, 0, 0, 2]
+        mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool)
+        logits, _, _ = base(torch.tensor([root, a, b, c]), torch.tensor([p, p + 1, p + 1, p + 2]), p, tree_mask=mask)
+    assert parents[3] == 2
+    for plain_row, tree_row in zip(plain, (0, 2, 3)):
+        assert torch.equal(plain_row, logits[tree_row])
+
+
+@pytest.mark.parametrize("tree", ["chain:4", "static:mc_sim_7b_63", "dynamic:3,4,10"])
+def test_int8_oracle_draft_is_identical_and_accepts_whole_paths(tiny_base, int8_plain, tree):
+    prompt = PROMPTS[0]
+    engine = EagleEngine.load(tiny_base, None, tree=tree, dtype="int8")
+    engine.draft = OracleDraft(prompt + int8_plain[tuple(prompt)], engine.base.args.vocab_size)
+    result = engine.generate_all(prompt, 40)
+    assert result.token_ids == int8_plain[tuple(prompt)]
+    assert result.stats.mean_accepted_length > 3
+
+
+@pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle3_draft"])
+@pytest.mark.parametrize("tree", ["chain:3", "static:eagle_default", "dynamic:5,8,48"])
+def test_int8_random_draft_is_identical(request, tiny_base, int8_plain, draft_name, tree):
+    engine = EagleEngine.load(tiny_base, request.getfixturevalue(draft_name), tree=tree, dtype="int8")
+    for prompt in PROMPTS:
+        assert engine.generate_all(prompt, 40).token_ids == int8_plain[tuple(prompt)]
+
+
+def _with_vocab(draft_dir, tmp_path, ids):
+    import shutil
+
+    out = tmp_path / "draft_with_vocab"
+    shutil.copytree(draft_dir, out)
+    (out / "draft_vocab.json").write_text(json.dumps({"token_ids": ids}))
+    return out
+
+
+def test_truncated_draft_vocab_proposes_only_its_tokens_and_keeps_outputs(tiny_base, eagle1_draft, tmp_path):
+    ids = list(range(0, 384, 3))  # 128 of the 384 tokens
+    draft = _with_vocab(eagle1_draft, tmp_path, ids)
+    plain = EagleEngine.load(tiny_base, None)
+    for vocab, allowed in ((None, set(ids)), (16, set(ids[:16]))):
+        engine = EagleEngine.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
+        assert engine.draft.lm_head.weight.shape[0] == len(allowed)
+        seen = set()
+        engine.on_verify = lambda tree, logits: seen.update(tree.tokens[1:].tolist())
+        for prompt in PROMPTS:
+            assert engine.generate_all(prompt, 24).token_ids == plain.generate_all(prompt, 24).token_ids
+        assert seen and seen <= allowed
+    full = EagleEngine.load(tiny_base, draft, draft_vocab=0)
+    assert full.draft.vocab_ids is None
+
+
+def test_draft_vocab_errors(tiny_base, eagle1_draft, eagle3_draft, tmp_path):
+    with pytest.raises(EagleTrtError, match="draft_vocab.json, which does not exist"):
+        EagleEngine.load(tiny_base, eagle1_draft, draft_vocab=10)
+    draft = _with_vocab(eagle1_draft, tmp_path, [1, 2, 3])
+    with pytest.raises(EagleTrtError, match="exceeds the 3 ids"):
+        EagleEngine.load(tiny_base, draft, draft_vocab=4)
+    with pytest.raises(EagleTrtError, match="EAGLE-1/2 drafts only"):
+        EagleEngine.load(tiny_base, eagle3_draft, draft_vocab=10)
+
+
+def test_precision_errors():
+    with pytest.raises(EagleTrtError, match="int8 runs on the CPU only"):
+        check_precision("int8", "cuda")
+    with pytest.raises(EagleTrtError, match="unsupported dtype 'int4'"):
+        check_precision("int4", "cpu")

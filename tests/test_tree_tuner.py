@@ -1,0 +1,94 @@
+"""`--tree auto`: the tuner's arithmetic on synthetic cost/acceptance tables (known optima), the acceptance counter,
+the profile and a whole tuning run on the tiny models (cached)."""
+
+import json
+
+import pytest
+import torch
+
+from eagle_trt.perf.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
+from eagle_trt.perf.profile import ProfileConfig, format_table, profile_engine
+from eagle_trt.perf.tree_tuner import CostModel, best_static_tree, grow_tree, static_step_ms
+from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime.drafting import DraftTree
+from eagle_trt.tree import parse_tree_arg
+
+# p[d][r]: the draft's rank-r candidate is the base's token at depth d+1
+ACCEPT = [[0.6, 0.2, 0.1, 0.05], [0.5, 0.2, 0.1, 0.05], [0.5, 0.15, 0.1, 0.05], [0.4, 0.15, 0.1, 0.05]]
+FLAT = CostModel(verify={1: 10.0, 64: 10.0}, draft={1: 0.0, 64: 0.0}, topk={1: 0.0, 64: 0.0})
+STEEP = CostModel(verify={1: 10.0, 64: 640.0}, draft={1: 0.0, 64: 0.0}, topk={1: 0.0, 64: 0.0})
+
+
+def test_grow_tree_takes_the_most_valuable_nodes():
+    tree, accepted = grow_tree(ACCEPT, 3)
+    assert tree.to_list() == [[0], [1], [0, 0]]  # values 0.6, 0.2 and 0.6*0.5 = 0.3 beat [2] (0.1)
+    assert accepted == pytest.approx(1 + 0.6 + 0.2 + 0.3)
+
+
+def test_flat_cost_gives_the_widest_tree_the_budget_allows():
+    choice = best_static_tree(ACCEPT, FLAT, max_nodes=20)
+    cfg = parse_tree_arg(choice.arg)
+    assert cfg.tree.num_nodes == 20
+    assert choice.speedup == pytest.approx(choice.accepted_length)  # a verify costs what a decode step costs
+
+
+def test_cost_linear_in_tokens_gives_a_short_chain():
+    choice = best_static_tree(ACCEPT, STEEP, max_nodes=20)
+    assert choice.arg == "chain:1"
+    assert choice.speedup < 1  # honest: on such a machine speculation cannot pay
+
+
+def test_step_cost_counts_verify_topk_and_draft_forwards():
+    cost = CostModel(verify={1: 10.0, 8: 17.0}, draft={1: 1.0, 8: 8.0}, topk={1: 0.5, 8: 4.0}, overhead=2.0)
+    tree = parse_tree_arg("static:[[0],[1],[0,0],[0,0,0]]").tree
+    # verify 5 tokens (interpolated 14) + overhead 2 + update forward over 2 accepted (2)
+    # depth 1: top-k of 1 parent; forward over [0] (1 row) | depth 2: top-k 1, forward over [0,0] | depth 3: top-k 1
+    assert static_step_ms(tree, cost, 2.0) == pytest.approx(14 + 2 + 2 + 3 * 0.5 + 2 * 1.0)
+
+
+def test_predict_matches_the_choice():
+    cost = FLAT
+    choice = best_static_tree(ACCEPT, cost, max_nodes=6)
+    result = {"profile": {"base_forward_ms": {"128": {"1": 10.0, "64": 10.0}}, "draft_step_ms": {"1": 0.0},
+                          "topk_ms": {"1": 0.0}},
+              "context": 128, "overhead_ms": 0.0, "plain_overhead_ms": 0.0, "candidates": [], "acceptance": ACCEPT}
+    again = predict(result, choice.arg)
+    assert again.accepted_length == pytest.approx(choice.accepted_length)
+    assert again.tok_per_s == pytest.approx(choice.tok_per_s)
+    assert predict(result, "dynamic:3,4,10") is None  # dynamic trees are only known by measurement
+
+
+def test_acceptance_counter_walks_the_spine():
+    tree = probe_tree(depth=2, width=2)  # [0], [1], [0,0], [0,1]
+    counter = AcceptanceCounter(2, 2)
+    parents = tree.parents().tolist()
+    tokens = torch.tensor([9, 10, 11, 12, 13])  # root, [0]=10, [1]=11, [0,0]=12, [0,1]=13
+    draft_tree = DraftTree.from_parents(tokens, parents, "cpu")
+    logits = torch.zeros(5, 20)
+    logits[0, 10] = 1  # the base continues the root with 10 = rank 0 -> descend
+    logits[1, 13] = 1  # then with 13 = rank 1 at depth 2
+    counter(draft_tree, logits)
+    logits[0, 10], logits[0, 11] = 0, 1  # next step: rank 1 at depth 1 -> stop there
+    counter(draft_tree, logits)
+    assert counter.reached == [2, 1] and counter.hits == [[1, 1], [0, 1]]
+    assert counter.table() == [[0.5, 0.5], [0.0, 0.0]]  # made non-increasing in rank
+
+
+def test_profile_on_tiny_models(tiny_base, eagle1_draft):
+    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:1", dtype="int8")
+    result = profile_engine(engine, ProfileConfig(tokens=(1, 4), contexts=(16, 64), draft_widths=(1, 2), repeats=1))
+    assert set(result["base_forward_ms"]) == {"16", "64"}
+    assert all(ms > 0 for row in result["base_forward_ms"].values() for ms in row.values())
+    assert set(result["draft_step_ms"]) == {"1", "2"} and result["engine"]["dtype"] == "int8"
+    assert "T=4" in format_table(result)
+
+
+def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkeypatch):
+    monkeypatch.setenv("EAGLE_TRT_CACHE", str(tmp_path))
+    req = TuneRequest(tiny_base, eagle1_draft, dtype="int8", prompts=2, max_tokens=6, max_nodes=8)
+    first = tune(req)
+    parse_tree_arg(first["chosen"]["tree"])  # a valid --tree value
+    assert first["chosen"]["predicted_tok_per_s"] > 0 and len(first["acceptance"]) == 6
+    files = list((tmp_path / "tuning").glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["chosen"] == first["chosen"]
+    assert tune(req) == first  # read back, not measured again
