@@ -31,7 +31,8 @@ def main() -> None:
                          dtype=torch.float64)
     for line in filter(None, args.prompts.read_text(encoding="utf-8").split("\n")):
         ids = tok(json.loads(line)["prompt"], add_special_tokens=False)["input_ids"]
-        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=counts.numel()).double()[: counts.numel()]
+        ids = torch.tensor(ids, dtype=torch.long)  # [n]
+        counts += torch.bincount(ids, minlength=counts.numel()).double()[: counts.numel()]
     score = counts[used] - used.double() * 1e-9  # ties: lower id first
     ordered = used[score.argsort(descending=True)].tolist()
     out = shipped_draft_dir("eagle1") / DRAFT_VOCAB_FILE

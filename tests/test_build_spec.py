@@ -49,7 +49,8 @@ def test_every_problem_is_listed(tiny_base, eagle1_draft):
 
 @pytest.mark.parametrize("options, words", [
     ({"engine": "tensorrt"}, "unknown engine"),
-    ({"engine": "pytorch", "dtype": "int8"}, "dtype 'int8'"),
+    ({"engine": "pytorch", "dtype": "int4"}, "dtype 'int4'"),
+    ({"engine": "pytorch", "dtype": "int8", "device": "cuda"}, "dtype int8 is the pytorch engine's CPU mode"),
     ({"engine": "pytorch", "device": "tpu"}, "device 'tpu'"),
     ({"engine": "pytorch", "max_batch_size": 0}, "max_batch_size must be a positive integer"),
     ({"engine": "pytorch", "max_input_len": 300, "max_seq_len": 300}, "must be < max_seq_len"),

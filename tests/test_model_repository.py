@@ -28,7 +28,7 @@ def fixed_spec(engine: str, backend_version: str = "1.2"):
     return SimpleNamespace(
         engine=engine, backend_version=backend_version, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
         base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
-        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", device="cpu",
+        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", draft_vocab=None, device="cpu",
         dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
     )
 

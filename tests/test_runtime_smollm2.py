@@ -1,6 +1,6 @@
 """Greedy identity on the real model: SmolLM2-135M-Instruct (fp32) with our trained drafts, EAGLE output equals plain
 decoding token for token on all 80 MT-bench first turns (EAGLE-1 draft, dynamic tree) and all 164 HumanEval prompts
-(EAGLE-3 draft, chain tree).
+(EAGLE-3 draft, chain tree); in int8 (runtime/fast.py, batch-invariant) with no exception at all.
 
 Batched verification and one-token decoding round differently in the last bits, so a divergence is excused only
 at a numerical tie: the plain top-2 logit gap at the diverging position must be below 1e-4 (research §9).
@@ -9,8 +9,7 @@ at a numerical tie: the plain top-2 logit gap at the diverging position must be 
 import pytest
 import torch
 
-from eagle_trt.perf.datasets import encode_prompt
-from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts
+from eagle_trt.perf.datasets import encode_prompt, humaneval_prompts, mtbench_prompts
 
 MAX_TOKENS = 20
 
@@ -56,3 +55,29 @@ def test_eagle_equals_plain_on_smollm2(smollm2, dataset):
     assert len(mismatches) <= 2, mismatches
     # the GPU-trained drafts reach 1.7-2.5 on these sets (drafts' READMEs); the earlier CPU ones 1.2-1.8
     assert sum(lengths) / len(lengths) > 1.4, "the shipped draft should get tokens accepted"
+
+
+@pytest.mark.slow
+def test_int8_eagle_equals_int8_plain_exactly_on_smollm2():
+    """The int8 engine computes a verify row exactly as a one-token step: no tie is excused. A branching dynamic
+    tree and the truncated draft vocabulary (the shipped draft's draft_vocab.json) on all 80 MT-bench prompts."""
+    from transformers import AutoTokenizer
+
+    from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
+    from eagle_trt.runtime import EagleEngine
+
+    base = materialize_demo_base()
+    tok = AutoTokenizer.from_pretrained(base)
+    plain = EagleEngine.load(base, None, tree="chain:1", dtype="int8")
+    eagle = EagleEngine.load(base, shipped_draft_dir("eagle1"), tree="dynamic:4,4,8", dtype="int8")
+    assert eagle.draft.vocab_ids is not None and eagle.draft.vocab_ids.numel() == 8192
+    stop = plain.base_spec.eos_token_ids
+    lengths, differ = [], []
+    for p in mtbench_prompts():
+        ids = encode_prompt(tok, p.text, chat=True)
+        got = eagle.generate_all(ids, MAX_TOKENS, stop_token_ids=stop)
+        lengths += got.stats.accepted_lengths
+        if got.token_ids != plain.generate_all(ids, MAX_TOKENS, stop_token_ids=stop).token_ids:
+            differ.append(p.id)
+    assert differ == []
+    assert sum(lengths) / len(lengths) > 1.5

@@ -92,3 +92,22 @@ def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkey
     files = list((tmp_path / "tuning").glob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["chosen"] == first["chosen"]
     assert tune(req) == first  # read back, not measured again
+
+
+def test_build_defaults_to_the_tuned_tree_and_records_it(tiny_base, eagle1_draft, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+    from eagle_trt.model_repository import configs as C
+
+    monkeypatch.setenv("EAGLE_TRT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
+                                       str(out), "--engine", "pytorch", "--dtype", "int8", "--max-seq-len", "512"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "eagle_trt_spec.json").read_text())
+    assert saved["dtype"] == "int8" and saved["runtime_tree"] == saved["tree_tuning"]["tree"]
+    assert saved["tree_tuning"]["predicted_tok_per_s"] > 0 and saved["tree_tuning"]["dtype"] == "int8"
+    engine = C.parse((out / "model_repository" / "eagle_engine" / "config.pbtxt").read_text())
+    assert engine.parameters["tree"].string_value == saved["runtime_tree"]
+    assert engine.parameters["dtype"].string_value == "int8"

@@ -23,8 +23,13 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
                    "route after 1.2); else pytorch. `eagle-trt inspect` says which applies here.")
 @click.option("--tree", default=None,
               help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
-                   "(pytorch and llmapi; llmapi needs D <= T <= K*D and defaults to chain:3).")
-@click.option("--dtype", default="auto", show_default=True, help="float16, bfloat16, float32 or auto.")
+                   "(pytorch and llmapi; llmapi needs D <= T <= K*D and defaults to chain:3), or auto (pytorch: the "
+                   "tree tuned to this machine's measured costs and the draft's acceptance, cached; its default).")
+@click.option("--dtype", default="auto", show_default=True,
+              help="float16, bfloat16, float32, int8 (pytorch engine on the CPU: int8 linears) or auto.")
+@click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
+              help="pytorch engine, EAGLE-1/2 draft: propose among the N most frequent tokens (FR-Spec; 0: full "
+                   "vocabulary; default: the draft's draft_vocab.json if it has one). Outputs do not change.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the pytorch engine runs.")
 @click.option("--max-batch-size", type=int, default=8, show_default=True)
@@ -50,7 +55,8 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 @click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len, max_seq_len,
+def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len,
+              max_seq_len,
               tp_size, backend_version, chat_template, engine_instances, preprocessing_instances,
               postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
               skip_convert, skip_engines, force, as_json):
@@ -71,10 +77,12 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
                     "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
                     "backend_version": backend_version, "draft_vocab": draft_vocab}
-    if tree == AUTO or (tree is None and draft_dir is not None and choose_engine(engine, draft_dir, device) == "pytorch"):
+    auto = tree == AUTO or (tree is None and draft_dir is not None
+                            and choose_engine(engine, draft_dir, device) == "pytorch")
+    if auto and not dry_run:
         spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
                                        echo=lambda m: click.echo(m, err=True)))
-    elif tree is not None:
+    elif tree is not None and tree != AUTO:
         if tree.startswith("dynamic:"):
             spec_options["runtime_tree"] = tree
         else:
@@ -116,6 +124,8 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
             click.echo(json.dumps(plan.to_dict(), indent=2, default=str))
         else:
             click.echo(f"would build {plan.out} with engine {plan.spec.engine}:")
+            if auto:
+                click.echo("  - tune the runtime tree (--tree auto: measured once per machine, then cached)")
             for step in plan.steps:
                 click.echo(f"  - {step}")
         return

@@ -31,7 +31,8 @@ def _ints(text: str) -> tuple[int, ...]:
               help="FR-Spec draft vocabulary size (default: the draft's draft_vocab.json; 0: full).")
 @click.option("--tokens", default="1,2,4,8,16,32,64", show_default=True, help="Block sizes T of the base forward.")
 @click.option("--contexts", default="128,512,1024", show_default=True, help="Cached prefix lengths.")
-@click.option("--repeats", type=click.IntRange(min=1), default=7, show_default=True, help="Median of this many runs.")
+@click.option("--repeats", type=click.IntRange(min=1), default=9, show_default=True,
+              help="Best of this many rounds (sizes interleaved in each).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the table.")
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("profile.json"), show_default=True)
 def profile_cmd(base_dir, draft_dir, device, dtype, draft_vocab, tokens, contexts, repeats, as_json, json_out):

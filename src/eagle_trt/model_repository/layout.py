@@ -181,8 +181,7 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
             "device": spec.device,
             "dtype": spec.dtype,
             "max_seq_len": spec.max_seq_len,
-            "draft_vocab": "" if spec.draft_vocab is None else spec.draft_vocab,
-        },
+        } | ({} if spec.draft_vocab is None else {"draft_vocab": spec.draft_vocab}),
         instances=options.engine_instances, decoupled=True,
     )
 

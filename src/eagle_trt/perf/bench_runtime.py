@@ -148,7 +148,8 @@ def format_table(result: dict) -> str:
         guess = f"{r['predicted_tok_per_s']:.1f}" if "predicted_tok_per_s" in r else "-"
         lines.append(f"| {name} | {r['tok_per_s']:.1f} | {guess} | {r['speedup']:.2f}x | "
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
-                     f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} ({r['identical_prompts']}/{n}) |")
+                     f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} "
+                     f"({r['identical_prompts']}/{n}) |")
     return "\n".join(lines)
 
 

@@ -64,7 +64,7 @@ class TritonPythonModel:
             param["base_dir"], draft_dir=param.get("draft_dir") or None, tree=param["tree"],
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
-            draft_vocab=int(param["draft_vocab"]) if param.get("draft_vocab", "") != "" else None,
+            draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
         self.queue = queue.Queue()
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
