@@ -128,20 +128,19 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
         return json.loads(path.read_text(encoding="utf-8"))
     t0 = time.time()
     prompts = _prompts(req.base, req.prompts)
-    load = dict(device=req.device, dtype=req.dtype, draft_vocab=req.draft_vocab)
     echo(f"--tree auto: measuring costs and acceptance on {len(prompts)} calibration prompts (once per machine)")
-    probe = EagleEngine.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), **load)
+    probe = EagleEngine.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), device=req.device,
+                             dtype=req.dtype, draft_vocab=req.draft_vocab)
     profile = profile_engine(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
     counter = AcceptanceCounter(PROBE_DEPTH, PROBE_WIDTH)
     probe.on_verify = counter
     _run(probe, prompts, req.max_tokens)
+    probe.on_verify = None
     accept = counter.table()
     context = sum(len(p) for p in prompts) / len(prompts) + req.max_tokens / 2
     bare = CostModel.from_profile(profile, int(context))
-    _, plain_ms = _run(EagleEngine.load(req.base, None, tree="chain:1", **load), prompts, req.max_tokens)
-    measured = {}  # dynamic setting -> (accepted length, ms per step)
-    for arg in DYNAMIC_GRID:
-        measured[arg] = _run(EagleEngine.load(req.base, req.draft, tree=arg, **load), prompts, req.max_tokens)
+    _, plain_ms = _run(probe.with_tree("chain:1", speculative=False), prompts, req.max_tokens)
+    measured = {arg: _run(probe.with_tree(arg), prompts, req.max_tokens) for arg in DYNAMIC_GRID}  # (τ, ms/step)
     # what the forwards do not explain (host work per step), from the measured runs
     overhead = sorted(ms - dynamic_step_ms(parse_tree_arg(arg), bare, tau) for arg, (tau, ms) in measured.items())
     cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),

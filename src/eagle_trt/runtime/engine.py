@@ -127,6 +127,15 @@ class EagleEngine:
         engine.precision = dtype
         return engine
 
+    def with_tree(self, tree: str | TreeConfig, speculative: bool = True) -> EagleEngine:
+        """Another engine over the same loaded base and draft (and caches): `tree`, or plain decoding when not
+        `speculative`. Requests must not run on both at once."""
+        tree_cfg = tree if isinstance(tree, TreeConfig) else parse_tree_arg(tree)
+        engine = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
+                            self.max_seq_len)
+        engine.precision = self.precision
+        return engine
+
     # ---- public API ---------------------------------------------------------------------------------------------
     def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                      stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
