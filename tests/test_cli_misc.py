@@ -108,3 +108,21 @@ def test_demo_base_says_paris():
     ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
     out = model.generate(ids, max_new_tokens=12, do_sample=False)
     assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+def test_demo_base_is_a_complete_hf_checkpoint():
+    """The index file lists every tensor of the one shard (EAGLE's reference code finds lm_head through it)."""
+    import json
+
+    import pytest
+
+    pytest.importorskip("gguf")
+    from eagle_trt.checkpoints.readers import ST_INDEX, read_safetensors_header
+    from eagle_trt.demo_model import materialize_demo_base
+
+    d = materialize_demo_base()
+    index = json.loads((d / ST_INDEX).read_text())
+    assert index["weight_map"] == {name: "model.safetensors" for name in read_safetensors_header(d / "model.safetensors")}
+    assert index["metadata"]["total_size"] == (d / "model.safetensors").stat().st_size
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in d.iterdir()}

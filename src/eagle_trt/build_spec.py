@@ -69,6 +69,9 @@ class BuildSpec:
             raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
         if draft is not None:
             require_compatible(base, draft, engine=engine)
+        from eagle_trt.runtime.loading import require_shapes  # torch: imported only when a build is planned
+
+        require_shapes(base, draft)
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
         runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine == "llmapi" else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":

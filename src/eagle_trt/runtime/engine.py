@@ -17,7 +17,7 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
 from eagle_trt.runtime.fast import check_precision, prepare, truncate_draft_vocab
-from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, torch_dtype
+from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import TreeConfig, parse_tree_arg
@@ -110,6 +110,7 @@ class EagleEngine:
         draft_spec = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
         if draft_spec is not None:
             require_compatible(base_spec, draft_spec)
+        require_shapes(base_spec, draft_spec)
         tree_cfg = tree if isinstance(tree, TreeConfig) else parse_tree_arg(tree)
         max_seq_len = max_seq_len or min(base_spec.max_position_embeddings, 4096)
         dt = torch_dtype(dtype)

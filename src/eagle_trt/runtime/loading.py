@@ -108,3 +108,53 @@ def load_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama, dtype: torch.
     if spec.format == "eagle3" and (spec.draft_vocab_size or spec.vocab_size) == spec.vocab_size:
         draft.d2t.zero_()  # draft vocab == base vocab: identity mapping
     return draft.eval().requires_grad_(False)
+
+
+def expected_shapes(base: ModelSpec, draft: DraftSpec | None = None) -> tuple[dict, dict]:
+    """(base, draft) maps of checkpoint tensor name -> the shape the runtime will load into, derived from the configs
+    alone: the modules are built on the meta device (no memory), so this table cannot drift from the loader's."""
+    args = LlamaArgs.from_spec(base)
+    with torch.device("meta"):
+        model = Llama(args)
+        head = build_draft(draft, base, model) if draft is not None else None
+    shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
+    base_names = Llama.hf_name_map(args)
+    want_base = {theirs: shapes[ours] for ours, theirs in base_names.items() if ours in shapes}
+    want_draft = {}
+    if head is not None:
+        own = {name: tuple(p.shape) for name, p in (*head.named_parameters(), *head.named_buffers())}
+        names = (Eagle1Draft if draft.format == "eagle1" else Eagle3Draft).hf_names()
+        want_draft = {theirs: own[ours] for ours, theirs in names.items() if ours in own}
+    return want_base, want_draft
+
+
+OPTIONAL_TENSORS = {"lm_head.weight", "d2t"}  # tied heads may omit lm_head; a full-vocabulary EAGLE-3 draft, d2t
+
+
+def shape_problems(base: ModelSpec, draft: DraftSpec | None = None) -> list[str]:
+    """Every tensor whose shape contradicts its config (or that is missing), read from the checkpoint headers only:
+    run before any weight is loaded or converted. Empty when the checkpoints match their configs."""
+    want_base, want_draft = expected_shapes(base, draft)
+    problems = []
+    for what, spec, want in (("base", base, want_base), ("draft", draft, want_draft)):
+        if spec is None:
+            continue
+        with open_weights(spec.path) as reader:
+            for name, shape in want.items():
+                if name not in reader:
+                    if name not in OPTIONAL_TENSORS:
+                        problems.append(f"{what} tensor {name!r} is missing")
+                elif tuple(reader.shape(name)) != shape:
+                    problems.append(f"{what} tensor {name!r} has shape {list(reader.shape(name))}, expected "
+                                    f"{list(shape)} from {spec.path / 'config.json'}")
+    return problems
+
+
+def require_shapes(base: ModelSpec, draft: DraftSpec | None = None) -> None:
+    problems = shape_problems(base, draft)
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise EagleTrtError("checkpoint tensors do not match their config.json: " + "; ".join(problems[:5]) + more,
+                            "the weights and config.json come from different models or the download is corrupt: "
+                            "re-download the checkpoint, or fix config.json's sizes (heads, head_dim, hidden, "
+                            "intermediate, vocab)")
