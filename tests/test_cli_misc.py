@@ -123,6 +123,9 @@ def test_demo_base_is_a_complete_hf_checkpoint():
     d = materialize_demo_base()
     index = json.loads((d / ST_INDEX).read_text())
     assert index["weight_map"] == {name: "model.safetensors" for name in read_safetensors_header(d / "model.safetensors")}
-    assert index["metadata"]["total_size"] == (d / "model.safetensors").stat().st_size
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(d / "model.safetensors"))
+    assert index["metadata"]["total_size"] == sum(t.numel() * t.element_size() for t in tensors.values())
     assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= {
         p.name for p in d.iterdir()}

@@ -86,8 +86,11 @@ def _write_hf_dir(gguf_file: Path, out: Path) -> None:
 def _write_index(out: Path) -> None:
     """model.safetensors.index.json for the one shard: tools that locate tensors through the index (EAGLE's
     reference code finds lm_head this way) then read the directory like any sharded Hugging Face checkpoint."""
-    header = read_safetensors_header(out / "model.safetensors")
-    index = {"metadata": {"total_size": (out / "model.safetensors").stat().st_size},
+    shard = out / "model.safetensors"
+    header = read_safetensors_header(shard)
+    with open(shard, "rb") as f:
+        header_bytes = 8 + int.from_bytes(f.read(8), "little")
+    index = {"metadata": {"total_size": shard.stat().st_size - header_bytes},  # tensor bytes, as HF counts them
              "weight_map": {name: "model.safetensors" for name in sorted(header)}}
     tmp = out / (ST_INDEX + ".tmp")
     tmp.write_text(json.dumps(index, indent=2), encoding="utf-8")
