@@ -308,3 +308,25 @@ def test_llmapi_models_speak_the_upstream_contract(tmp_path):
     assert step.input_map["sampling_param_return_perf_metrics"] == "return_perf_metrics"
     assert step.input_map["sampling_param_max_tokens"] == "max_tokens" and step.input_map["streaming"] == "stream"
     assert {"acceptance_rate", "total_draft_tokens"} <= set(step.output_map)
+
+
+def test_engine_threads_share_the_cores(python_models, monkeypatch):
+    """eagle_engine and base_engine split the cores (OpenMP oversubscription is what slowed EAGLE under load);
+    an explicit --engine-threads wins; an instance never gets 0 threads."""
+    threads = python_models.engine.cpu_threads
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert threads(0, 2) == 4 and threads(0, 4) == 2 and threads(0, 1) == 8
+    assert threads(3, 2) == 3
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert threads(0, 2) == 1
+
+
+def test_engine_threads_in_the_repository(tmp_path):
+    repo = tmp_path / "repo"
+    write_model_repository(fixed_spec("pytorch"), repo, bundle_dir=Path("/bundle"),
+                           options=ServingOptions(engine_threads=3, engine_instances=2))
+    config = C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    assert params["threads"] == "3" and params["engines_sharing"] == "4"
+    with pytest.raises(EagleTrtError, match="engine-threads must be >= 0, got -1"):
+        ServingOptions(engine_threads=-1).validate()

@@ -65,3 +65,37 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
     click.echo(json.dumps(report, indent=2, default=str) if as_json else summary_table(report))
     if not as_json:
         click.echo(f"report: {out_dir / 'report.md'}")
+
+
+@perf_group.command("load")
+@click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--url", help="A running server (default: start tritonserver on the bundle).")
+@click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
+@click.option("--concurrency", "levels", default="1,2,4,8", show_default=True,
+              help="Comma-separated concurrency levels.")
+@click.option("--requests-per-stream", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Requests per concurrent stream (level 8 sends 8x this many).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--mixed", is_flag=True, help="Also run both models at once, each at the level.")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
+@click.option("--json", "as_json", is_flag=True, help="Print load.json.")
+def perf_load_cmd(bundle, url, dataset, levels, requests_per_stream, max_tokens, mixed, out_dir, as_json):
+    """eagle_model vs base_model under concurrent load: p50/p99 latency and tokens/s per concurrency level
+    (writes load.json and load.md).
+
+    \b
+    Example:
+      eagle-trt perf load out --concurrency 1,2,4,8 --mixed
+    """
+    from eagle_trt.perf.load import LoadRequest, load_table, run_load
+
+    try:
+        parsed = tuple(int(v) for v in levels.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{levels!r} is not a comma-separated list of integers, e.g. 1,2,4,8",
+                                 param_hint="--concurrency") from None
+    if min(parsed) < 1:
+        raise click.BadParameter(f"levels must be >= 1, got {levels!r}", param_hint="--concurrency")
+    report = run_load(LoadRequest(bundle, url, dataset, parsed, requests_per_stream, max_tokens, mixed, out_dir),
+                      echo=lambda msg: click.echo(msg, err=True))
+    click.echo(json.dumps(report, indent=2) if as_json else load_table(report))

@@ -99,6 +99,7 @@ class ServingOptions:
     """Serving knobs: how many instances, how requests queue, KV-cache share. Not part of the BuildSpec."""
 
     engine_instances: int = 1
+    engine_threads: int = 0  # torch intra-op threads per pytorch-engine instance; 0 = the cores shared among them
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
     max_queue_delay_us: int = 0
@@ -113,6 +114,9 @@ class ServingOptions:
             if getattr(self, name) < 1:
                 raise EagleTrtError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}",
                                     "pass a positive instance count")
+        if self.engine_threads < 0:
+            raise EagleTrtError(f"engine-threads must be >= 0, got {self.engine_threads}",
+                                "pass 0 to share the cores among the engine instances, or a thread count")
         if self.max_queue_delay_us < 0 or self.max_queue_size < 0:
             raise EagleTrtError("max-queue-delay-us and max-queue-size must be >= 0", "pass 0 for no limit")
         if not 0.0 < self.kv_cache_free_gpu_mem_fraction <= 1.0:

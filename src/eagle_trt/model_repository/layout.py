@@ -181,6 +181,9 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
             "device": spec.device,
             "dtype": spec.dtype,
             "max_seq_len": spec.max_seq_len,
+            # eagle_engine and base_engine run side by side: each takes its share of the cores unless told
+            "threads": options.engine_threads,
+            "engines_sharing": 2 * options.engine_instances,
         } | ({} if spec.draft_vocab is None else {"draft_vocab": spec.draft_vocab}),
         instances=options.engine_instances, decoupled=True,
     )

@@ -57,11 +57,12 @@ def find_aiperf() -> str:
 
 def run_aiperf(model: str, url: str, input_file: Path, tokenizer: Path, requests: int, warmup: int,
                artifact_dir: Path, log_file: Path, cumulative: bool = False,
-               perf_metrics: bool = True) -> RunResult:
+               perf_metrics: bool = True, concurrency: int = 1) -> RunResult:
     """`cumulative`: the model streams the text so far in each response (TensorRT-LLM's LLM-API model).
     `perf_metrics`: request the acceptance figures (False where the backend has no return_perf_metrics)."""
     cmd = aiperf_command(model, str(input_file), str(tokenizer), url=url, requests=requests, warmup=warmup,
-                         artifact_dir=str(artifact_dir), aiperf=find_aiperf(), perf_metrics=perf_metrics)
+                         artifact_dir=str(artifact_dir), aiperf=find_aiperf(), perf_metrics=perf_metrics,
+                         concurrency=concurrency)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     artifact_dir.mkdir(parents=True, exist_ok=True)
     (artifact_dir / "command.json").write_text(json.dumps(cmd))

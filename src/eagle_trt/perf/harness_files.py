@@ -28,12 +28,12 @@ def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: 
 
 def aiperf_command(model: str, input_file: str, tokenizer: str, url: str = "http://127.0.0.1:8000",
                    requests: int = 80, warmup: int = 2, artifact_dir: str | None = None,
-                   aiperf: str = "aiperf", perf_metrics: bool = True) -> list[str]:
+                   aiperf: str = "aiperf", perf_metrics: bool = True, concurrency: int = 1) -> list[str]:
     """AIPerf with our plugin's triton-generate endpoint (streaming, so TTFT and ITL are measured)."""
     return [aiperf, "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
             "--endpoint-type", "triton_generate", "--custom-endpoint", f"/v2/models/{model}/generate_stream",
             "--streaming", "--input-file", input_file, "--custom-dataset-type", "single_turn",
-            "--concurrency", "1", "--request-count", str(requests), "--warmup-request-count", str(warmup),
+            "--concurrency", str(concurrency), "--request-count", str(requests), "--warmup-request-count", str(warmup),
             "--extra-inputs", "temperature:0.0", *_perf_metrics_input(perf_metrics),
             "--random-seed", "0", "--export-level", "raw", "--no-gpu-telemetry", "--no-server-metrics",
             "--ui-type", "none", "--artifact-dir", artifact_dir or f"artifacts/aiperf/{model}"]

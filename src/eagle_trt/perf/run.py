@@ -41,7 +41,7 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
     input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens)
     categories = {p.text: p.category for p in prompts if p.category}
     results = {}
-    with _server(req, echo) as url:
+    with bundle_server(req, echo) as url:
         for model in MODELS:
             echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1 ...")
             t0 = time.time()
@@ -62,7 +62,8 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
 
 
 @contextlib.contextmanager
-def _server(req: PerfRequest, echo):
+def bundle_server(req, echo):
+    """The URL of `req.url`, or of a tritonserver started on the bundle (eagle_model and base_model) until exit."""
     if req.url:
         yield req.url
         return

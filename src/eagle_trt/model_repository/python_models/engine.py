@@ -49,6 +49,15 @@ def find_stop(tokens: list, stop_sequences: list, start: int):
     return None
 
 
+def cpu_threads(requested: int, engines_sharing: int) -> int:
+    """Intra-op threads for this instance: `requested`, or (0) an even share of the cores this process may use.
+    More threads than cores across the engines make OpenMP's spinning workers wait on each other's descheduled
+    threads: measured in scripts/contention.py, 2 engines x 2 threads on 2 cores ran up to 10x slower."""
+    if requested > 0:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // max(1, engines_sharing))
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.runtime import EagleEngine
@@ -60,6 +69,11 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(
                     f"{key} {param[key]!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle "
                     "was built from a model directory that has moved: rebuild it with `eagle-trt build`")
+        if param.get("device", "cpu") == "cpu":
+            self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
+            import torch
+
+            torch.set_num_threads(self.threads)
         self.engine = EagleEngine.load(
             param["base_dir"], draft_dir=param.get("draft_dir") or None, tree=param["tree"],
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
