@@ -78,3 +78,11 @@ def test_spec_is_frozen(tiny_base, eagle1_draft):
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.dtype = "float16"
     assert dataclasses.replace(spec, max_batch_size=4).max_batch_size == 4
+
+
+def test_vllm_drafts_chains_only(tiny_base, eagle1_draft):
+    """vLLM's EAGLE is a chain of num_speculative_tokens (its tree attention was removed): chain:3 by default, and a
+    tree is refused rather than silently served as a chain."""
+    assert BuildSpec.create(tiny_base, eagle1_draft, engine="vllm").runtime_tree == "chain:3"
+    with pytest.raises(EagleTrtError, match=r"vLLM drafts chains only.*dynamic:3,4,10.*chain:N"):
+        BuildSpec.create(tiny_base, eagle1_draft, engine="vllm", runtime_tree="dynamic:3,4,10")

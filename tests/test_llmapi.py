@@ -69,7 +69,7 @@ def test_layers_trtllm_cannot_name_are_refused():
 @pytest.mark.parametrize("arg, fields", [
     ("chain:4", {"max_draft_len": 4}),
     ("static:[[0],[1],[0,0],[0,0,0]]", {"max_draft_len": 3, "eagle_choices": [[0], [1], [0, 0], [0, 0, 0]]}),
-    ("dynamic:5,8,40", {"max_draft_len": 5, "use_dynamic_tree": True, "dynamic_tree_max_topK": 8,
+    ("dynamic:5,8,40", {"max_draft_len": 6, "use_dynamic_tree": True, "dynamic_tree_max_topK": 8,
                         "max_total_draft_tokens": 40}),
 ])
 def test_tree_mapping(arg, fields):
@@ -77,9 +77,10 @@ def test_tree_mapping(arg, fields):
     assert set(fields) <= EAGLE3_FIELDS
 
 
-@pytest.mark.parametrize("arg", ["dynamic:5,8,48", "dynamic:4,2,3"])
+@pytest.mark.parametrize("arg", ["dynamic:5,8,49", "dynamic:4,2,4", "dynamic:3,2,9"])
 def test_dynamic_trees_trtllm_refuses(arg, tiny_base, eagle3_draft):
-    with pytest.raises(EagleTrtError, match="DEPTH <= TOKENS <= TOPK x DEPTH"):
+    """TensorRT-LLM's bounds with its max_draft_len = our DEPTH + 1: 6 <= T <= 48; 5 <= T; T <= 8."""
+    with pytest.raises(EagleTrtError, match=r"DEPTH\+1 <= TOKENS <= TOPK x \(DEPTH\+1\)"):
         llmapi.tree_fields(parse_tree_arg(arg))
     with pytest.raises(EagleTrtError, match="runtime tree"):
         BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", runtime_tree=arg)
@@ -127,7 +128,7 @@ def test_build_dry_run_writes_the_repository(tiny_base, eagle3_draft, tmp_path):
     assert eagle == {
         "model": str(tiny_base.resolve()), "backend": "pytorch", "tensor_parallel_size": 1,
         "pipeline_parallel_size": 1, "max_batch_size": 8, "max_seq_len": 512, "max_num_tokens": 8192,
-        "speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 3, "use_dynamic_tree": True,
+        "speculative_config": {"decoding_type": "Eagle3", "max_draft_len": 4, "use_dynamic_tree": True,
                                "dynamic_tree_max_topK": 4, "max_total_draft_tokens": 10,
                                "speculative_model": str(eagle3_draft.resolve())},
         "triton_config": {"max_batch_size": 0, "decoupled": True}}

@@ -17,7 +17,7 @@ import pytest
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions, configs as C, write_model_repository
-from eagle_trt.tree import Tree
+from eagle_trt.tree import Tree, parse_tree_arg
 
 GOLDEN = Path(__file__).parent / "golden"
 ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
@@ -25,11 +25,13 @@ ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
 
 def fixed_spec(engine: str, backend_version: str = "1.2"):
     """A spec with fixed paths, so the golden files do not depend on the machine."""
+    runtime_tree = "chain:3" if engine == "vllm" else "dynamic:5,8,48"  # vLLM drafts chains only
     return SimpleNamespace(
         engine=engine, backend_version=backend_version, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
         base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
-        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", draft_vocab=None, device="cpu",
+        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree=runtime_tree, draft_vocab=None, device="cpu",
         dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
+        draft_format="eagle1", runtime_tree_config=parse_tree_arg(runtime_tree),
     )
 
 
@@ -149,12 +151,15 @@ def test_shared_values_come_from_the_spec(tmp_path):
 
 
 def test_vllm_model_json_uses_the_tutorial_keys(tmp_path):
+    """vLLM's speculative_config (method, model, num_speculative_tokens = our chain length), not the removed
+    top-level speculative_model keys."""
     repo = write_repo("vllm", tmp_path)
     eagle = json.loads((repo / "eagle_model" / "1" / "model.json").read_text())
     base = json.loads((repo / "base_model" / "1" / "model.json").read_text())
     assert eagle["model"] == base["model"] == "/models/base"
-    assert eagle["speculative_model"] == "/models/draft" and eagle["num_speculative_tokens"] == 3
-    assert "speculative_model" not in base
+    assert eagle["speculative_config"] == {"method": "eagle", "model": "/models/draft", "num_speculative_tokens": 3,
+                                           "draft_tensor_parallel_size": 1}
+    assert "speculative_model" not in eagle and "speculative_config" not in base
     assert C.parse((repo / "eagle_model" / "config.pbtxt").read_text()).backend == "vllm"
 
 

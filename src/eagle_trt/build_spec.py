@@ -73,7 +73,7 @@ class BuildSpec:
 
         require_shapes(base, draft)
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
-        runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine == "llmapi" else DEFAULT_RUNTIME_TREE)
+        runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine in ("llmapi", "vllm") else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":
             dtype = auto_dtype(base.torch_dtype, engine, device)
         max_seq_len = max_seq_len or min(8192, base.max_position_embeddings)
@@ -133,6 +133,9 @@ class BuildSpec:
             runtime = parse_tree_arg(self.runtime_tree)
             if self.engine == "llmapi":
                 validate_for_llmapi(runtime)
+            if self.engine == "vllm" and self.draft is not None and runtime.kind != "chain":
+                problems.append(f"vLLM drafts chains only (its tree attention was removed), got --tree "
+                                f"{self.runtime_tree}: pass --tree chain:N")
         except EagleTrtError as exc:
             problems.append(f"runtime tree: {exc.message}")
         if self.engine == "trtllm":

@@ -241,11 +241,13 @@ def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, m
 
 def validate_for_llmapi(cfg: TreeConfig) -> None:
     """Eagle3DecodingConfig's rule for a dynamic tree (tensorrt_llm/llmapi/llm_args.py, validate_eagle_config):
-    max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len."""
-    if cfg.kind == "dynamic" and not cfg.depth <= cfg.total_tokens <= cfg.top_k * cfg.depth:
-        raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH <= TOKENS <= TOPK x DEPTH, got "
-                            f"{cfg.to_arg()} ({cfg.depth} <= {cfg.total_tokens} <= {cfg.top_k * cfg.depth} fails)",
-                            f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * cfg.depth} or a chain:N")
+    max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len, where its max_draft_len
+    (drafter layers = tree levels) is our DEPTH + 1."""
+    levels = cfg.depth + 1 if cfg.kind == "dynamic" else 0
+    if cfg.kind == "dynamic" and not levels <= cfg.total_tokens <= cfg.top_k * levels:
+        raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH+1 <= TOKENS <= TOPK x (DEPTH+1), got "
+                            f"{cfg.to_arg()} ({levels} <= {cfg.total_tokens} <= {cfg.top_k * levels} fails)",
+                            f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * levels} or a chain:N")
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,9 @@ class TreeConfig:
 
 def parse_tree_arg(arg: str) -> TreeConfig:
     """Parse a --tree value: ``chain:N``, ``static:NAME``, ``static:FILE``, ``static:[[0],[0,0]]`` or
-    ``dynamic:DEPTH,TOPK,TOKENS`` (EAGLE-2: expand DEPTH levels with TOPK children, keep TOKENS draft nodes)."""
+    ``dynamic:DEPTH,TOPK,TOKENS`` (EAGLE-2: the root's TOPK children, then DEPTH expansions of the TOPK best
+    frontier nodes by TOPK children each, keep the TOKENS best draft nodes: up to DEPTH+1 levels; EAGLE's
+    depth=DEPTH, top_k=TOPK, total_token=TOKENS+1)."""
     kind, sep, value = str(arg).partition(":")
     if not sep or not value:
         raise EagleTrtError(f"invalid tree spec {arg!r}", f"use {TREE_ARG_HELP}")

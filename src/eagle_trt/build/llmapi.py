@@ -6,7 +6,10 @@ model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/te
 `speculative_config` follows `Eagle3DecodingConfig` (tensorrt_llm/llmapi/llm_args.py):
   chain:N          -> max_draft_len: N
   static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth
-  dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D, max_total_draft_tokens: T
+  dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D+1, max_total_draft_tokens: T
+(TensorRT-LLM's max_draft_len is the number of drafter layers = tree levels; our D, like EAGLE's `depth`, counts
+the expansions after the root's top-K, so the tree has D+1 levels: eagle3_dynamic_tree.py sizes its history
+K + K*K*(max_draft_len-1), our pool K + D*K*K.)
 Capture layers: TensorRT-LLM's `eagle3_layers_to_capture` counts layer OUTPUTS (default {1, L//2-1, L-4}); EAGLE's
 reference code and our runtime count layer INPUTS (2, L//2, L-3) - the same three hidden states. We write the key
 only when the draft names other layers, converted input -> output (index - 1).
@@ -56,7 +59,7 @@ def tree_fields(cfg: TreeConfig) -> dict:
         return {"max_draft_len": cfg.tree.num_nodes}
     if cfg.kind == "static":
         return {"max_draft_len": cfg.tree.depth, "eagle_choices": cfg.tree.to_list()}
-    return {"max_draft_len": cfg.depth, "use_dynamic_tree": True, "dynamic_tree_max_topK": cfg.top_k,
+    return {"max_draft_len": cfg.depth + 1, "use_dynamic_tree": True, "dynamic_tree_max_topK": cfg.top_k,
             "max_total_draft_tokens": cfg.total_tokens}
 
 

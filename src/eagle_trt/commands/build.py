@@ -23,7 +23,9 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
                    "route after 1.2); else pytorch. `eagle-trt inspect` says which applies here.")
 @click.option("--tree", default=None,
               help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
-                   "(pytorch and llmapi; llmapi needs D <= T <= K*D and defaults to chain:3), or auto (pytorch: the "
+                   "(EAGLE's depth=D, top_k=K, total_token=T+1; SGLang's num-steps D+1, eagle-topk K, num-draft-tokens "
+                   "T+1; pytorch and llmapi; llmapi writes max_draft_len D+1 and needs D+1 <= T <= K*(D+1)); llmapi and "
+                   "vllm default to chain:3, vllm takes chains only; or auto (pytorch: the "
                    "tree tuned to this machine's measured costs and the draft's acceptance, cached; its default).")
 @click.option("--dtype", default="auto", show_default=True,
               help="float16, bfloat16, float32, int8 (pytorch engine on the CPU: int8 linears) or auto.")

@@ -283,15 +283,18 @@ def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
 
 
 def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
-    """vLLM backend layout of Triton's speculative-decoding tutorial (Feature_Guide/Speculative_Decoding/vLLM)."""
+    """vLLM backend layout of Triton's speculative-decoding tutorial (Feature_Guide/Speculative_Decoding/vLLM), with
+    vLLM's current `speculative_config` (the top-level speculative_model keys went in vllm-project/vllm#15466);
+    vLLM drafts a chain of num_speculative_tokens = our chain:N."""
     configs, files = {}, {}
     for name in ENSEMBLES:
         configs[name] = {"name": name, "backend": "vllm", "instance_group": C.instance_group("KIND_MODEL", 1)}
         model = {"model": str(spec.base.path), "dtype": spec.dtype, "max_model_len": spec.max_seq_len,
                  "tensor_parallel_size": spec.tp_size}
         if name == "eagle_model" and spec.draft is not None:
-            model.update({"speculative_model": str(spec.draft.path), "speculative_draft_tensor_parallel_size": 1,
-                          "num_speculative_tokens": spec.num_eagle_layers})
+            model["speculative_config"] = {
+                "method": "eagle3" if spec.draft_format == "eagle3" else "eagle", "model": str(spec.draft.path),
+                "num_speculative_tokens": spec.runtime_tree_config.max_draft_tokens, "draft_tensor_parallel_size": 1}
         files[f"{name}/1/model.json"] = json.dumps(model, indent=2) + "\n"
     return configs, files
 
