@@ -125,7 +125,7 @@ class Supervisor:
     def engine_stubs(self) -> list[tuple[str, int]]:
         """(engine model, pid) of every instance's stub process of the engines loaded now."""
         found: list[tuple[str, int]] = []
-        for pid, argv in _children(self.server.process.pid):
+        for pid, argv in children(self.server.process.pid):
             if len(argv) < 2 or "stub" not in Path(argv[0]).name:
                 continue
             model = Path(argv[1]).parent.parent.name  # <repo>/<model>/<version>/model.py
@@ -134,7 +134,7 @@ class Supervisor:
         return found
 
 
-def _children(parent: int) -> list[tuple[int, list[str]]]:
+def children(parent: int) -> list[tuple[int, list[str]]]:
     """(pid, argv) of the live processes whose parent is `parent` (Linux /proc)."""
     out = []
     for entry in Path("/proc").iterdir():

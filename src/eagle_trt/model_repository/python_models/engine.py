@@ -120,7 +120,8 @@ class TritonPythonModel:
     def _cancel(self, request):
         """Mark a stream cancelled (the worker stops it at its next step, or skips it if still queued)."""
         key = int(_scalar(request, "stream_key", 0))
-        self.cancelled[key] = None
+        if key:  # 0: a request that came without a key (not through the ensemble)
+            self.cancelled[key] = None
         while len(self.cancelled) > MAX_CANCELLED_KEYS:
             self.cancelled.popitem(last=False)
         request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -167,7 +168,7 @@ class TritonPythonModel:
         stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stop_sequences if len(s) == 1)} - {-1}))
         multi_token_stops = [s for s in stop_sequences if len(s) > 1]
         stream_key = int(key[0, 0])
-        if stream_key in self.cancelled:  # cancelled while it waited in the queue
+        if (stream_key and stream_key in self.cancelled) or sender.is_cancelled():  # while it waited in the queue
             pb_utils.Logger.log_info(f"request cancelled by the client before it started (stream {stream_key})")
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
@@ -187,7 +188,7 @@ class TritonPythonModel:
                 sent = len(generated)
             if cut is not None:
                 break
-            if sender.is_cancelled() or stream_key in self.cancelled:
+            if sender.is_cancelled() or (stream_key and stream_key in self.cancelled):
                 cancelled = True
                 break
         close = getattr(steps, "close", None)
