@@ -71,6 +71,9 @@ class Supervisor:
             self.restart(f"tritonserver exited with code {code}{_signal_name(code)}")
             return
         dead = {model: pid for model, pid in self.stubs if not _alive(pid)}
+        running = {model for model, _ in self.engine_stubs()}
+        # an engine that died between readiness and our first look at it has no stub at all
+        dead.update({model: 0 for model in self.engines() if model not in running and model not in dead})
         for model, pid in dead.items():
             self.recover(model, pid)
 
@@ -101,7 +104,7 @@ class Supervisor:
         the engine cannot unload (requests stuck on it) or the load fails."""
         ensembles = [e for e, m in ENSEMBLES.items() if m == engine and e in self.server.models]
         started = time.monotonic()
-        self.events(f"{engine}'s stub process (pid {pid}) died; unloading {', '.join(ensembles + [engine])} "
+        self.events(f"{engine}'s stub process (pid {pid or '?'}) died; unloading {', '.join(ensembles + [engine])} "
                     "and loading it again")
         try:
             for model in ensembles + [engine]:
@@ -121,6 +124,10 @@ class Supervisor:
         self.reloads += 1
         self.stubs = self.engine_stubs()
         self.events(f"{engine} reloaded in {time.monotonic() - started:.1f} s")
+
+    def engines(self) -> set[str]:
+        """The engine models that should be running: those of the loaded ensembles, and engines loaded directly."""
+        return {ENSEMBLES.get(m, m) for m in self.server.models if m in ENSEMBLES or m in ENSEMBLES.values()}
 
     def engine_stubs(self) -> list[tuple[str, int]]:
         """(engine model, pid) of every instance's stub process of the engines loaded now."""
