@@ -209,3 +209,17 @@ def test_restart_on_the_same_ports_with_a_keep_alive_client(bundle, tmp_path):
     with second:
         assert generate(ports["http"])[0] == 200
     keep_alive.close()
+
+
+def test_port_check_refuses_a_live_listener_even_with_so_reuseaddr():
+    from eagle_trt.errors import EagleTrtError
+    from eagle_trt.serving.tritonserver import check_port
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Triton's own listeners
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with pytest.raises(EagleTrtError, match=f"http port {port} on 127.0.0.1 is already in use"):
+            check_port("127.0.0.1", port, "http")
+    check_port("127.0.0.1", port, "http")  # free again once it is closed
