@@ -184,6 +184,18 @@ def test_dead_engine_is_recovered_and_in_flight_requests_fail_fast(bundle, tmp_p
             print(f"engine kill -> recovered in {recovered:.1f} s; in flight: {results}; events: {events}")
             assert any("died" in e for e in events)
             assert failed or all(seconds < recovered + 5 for _, seconds in results)
+            # nothing in flight this time: the engine is unloaded and loaded again, the server keeps running
+            server_pid = server.process.pid
+            (_, pid), = supervisor.stubs
+            os.kill(pid, signal.SIGKILL)
+            killed, readiness = time.monotonic(), []
+            while not supervisor.reloads and time.monotonic() - killed < 120:
+                readiness.append(server._http_ok("/v2/models/eagle_model/ready"))
+                time.sleep(0.05)
+            assert supervisor.reloads == 1 and server.process.pid == server_pid, events
+            assert False in readiness
+            assert generate(server.ports["http"])[0] == 200
+            print(f"idle engine kill -> reloaded in {time.monotonic() - killed:.1f} s")
         finally:
             stopping.set()
             watcher.join(30)

@@ -75,7 +75,10 @@ class Supervisor:
         # an engine that died between readiness and our first look at it has no stub at all
         dead.update({model: 0 for model in self.engines() if model not in running and model not in dead})
         for model, pid in dead.items():
+            restarts = self.restarts
             self.recover(model, pid)
+            if self.restarts != restarts:  # a fresh server: its engines are all new
+                return
 
     # ---- the server -------------------------------------------------------------------------------------------
     def restart(self, why: str) -> None:
@@ -110,16 +113,18 @@ class Supervisor:
             for model in ensembles + [engine]:
                 self.server.unload(model)
             deadline = time.monotonic() + RELOAD_GRACE_S
-            while self.server.model_states().get(engine) in ("READY", "UNLOADING"):
-                if time.monotonic() > deadline:
-                    self.restart(f"{engine} did not unload within {RELOAD_GRACE_S:.0f} s (requests stuck in "
-                                 "flight on its dead stub)")
-                    return
+            while (stuck := self.server.model_states().get(engine) in ("READY", "UNLOADING")) and \
+                    time.monotonic() < deadline:
                 time.sleep(0.2)
-            for model in ensembles or [engine]:
-                self.server.load(model, timeout=self.ready_timeout)
+            if not stuck:
+                for model in ensembles or [engine]:
+                    self.server.load(model, timeout=self.ready_timeout)
         except (OSError, EagleTrtError) as exc:  # URLError is an OSError
             self.restart(f"reloading {engine} failed ({exc})")
+            return
+        if stuck:
+            self.restart(f"{engine} did not unload within {RELOAD_GRACE_S:.0f} s (requests stuck in flight on its "
+                         "dead stub)")
             return
         self.reloads += 1
         self.stubs = self.engine_stubs()
