@@ -1,4 +1,5 @@
-"""`eagle-trt serve OUT`: run tritonserver on a bundle's model repository until Ctrl-C."""
+"""`eagle-trt serve OUT`: run tritonserver on a bundle's model repository until Ctrl-C, supervised: a server that
+dies is restarted, an engine whose stub process died is reloaded (serving.supervisor)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 from pathlib import Path
 
 import click
+
+from eagle_trt.serving.supervisor import MAX_FAST_FAILURES
 
 
 @click.command("serve")
@@ -21,15 +24,19 @@ import click
 @click.option("--log-file", type=click.Path(path_type=Path), help="Server log (default OUT/tritonserver.log).")
 @click.option("--timeout", type=float, default=900, show_default=True, help="Seconds to wait for readiness.")
 @click.option("--json", "as_json", is_flag=True, help="Print the endpoints as one JSON line once ready.")
-def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file, timeout, as_json):
-    """Serve a bundle with tritonserver (explicit model control) until Ctrl-C.
+@click.option("--max-fast-failures", type=click.IntRange(0), default=MAX_FAST_FAILURES, show_default=True,
+              help="Give up (exit 1) after this many server deaths in a row, each soon after a start.")
+def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file, timeout, as_json,
+              max_fast_failures):
+    """Serve a bundle with tritonserver (explicit model control) until Ctrl-C; restart it when it dies and reload
+    an engine model whose process died.
 
     \b
     Examples:
       eagle-trt serve out
       eagle-trt serve out --load eagle_model --http-port 9000 --grpc-port 9001 --metrics-port 9002
     """
-    from eagle_trt.serving import DEFAULT_MODELS, TritonServer
+    from eagle_trt.serving import DEFAULT_MODELS, Supervisor, TritonServer
 
     repo = bundle / "model_repository"
     server = TritonServer(repo, models=models or DEFAULT_MODELS, host=host, http_port=http_port,
@@ -54,10 +61,7 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file
             click.echo(f"  metrics  {server.metrics_url}")
             click.echo(f"  try: eagle-trt generate --url {server.http_url} --model {server.models[0]} --stream 'Hello'")
             click.echo("Ctrl-C to stop", err=True)
-        while server.process.poll() is None:
-            time.sleep(0.5)
-        click.echo(f"tritonserver exited with code {server.process.returncode}; log: {server.log_file}", err=True)
-        raise SystemExit(1)
+        Supervisor(server, max_fast_failures=max_fast_failures, ready_timeout=timeout, events=_event).run()
     except KeyboardInterrupt:
         click.echo("stopping tritonserver ...", err=True)
     finally:
@@ -66,6 +70,10 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, log_file
             signal.signal(sig, handler)
         if code is not None:
             click.echo(f"tritonserver stopped (exit code {code})", err=True)
+
+
+def _event(line: str) -> None:
+    click.echo(f"{time.strftime('%H:%M:%S')} {line}", err=True)
 
 
 def _interrupt(signum, frame):

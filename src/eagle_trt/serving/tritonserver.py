@@ -103,12 +103,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def check_port(host: str, port: int, what: str) -> None:
+    """Refuse a port that tritonserver could not bind. Its listeners (libevent's for HTTP, gRPC's, civetweb's for
+    metrics) all set SO_REUSEADDR, so we bind the same way: a port whose last connections linger in TIME_WAIT (a
+    server that just crashed or stopped with keep-alive clients connected) is free to them and to us; a port where
+    something still listens is refused on Linux even with SO_REUSEADDR."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
             raise EagleTrtError(f"{what} port {port} on {host} is already in use",
-                                f"stop whatever listens there, or pass another --{what}-port") from None
+                                f"stop whatever listens there (`ss -ltnp 'sport = :{port}'` names it), or pass "
+                                f"another --{what}-port") from None
 
 
 class TritonServer:
@@ -132,6 +138,7 @@ class TritonServer:
         self.extra_env = dict(env or {})
         self.log_verbose = log_verbose
         self.process: subprocess.Popen | None = None
+        self.starts = 0  # how many times start() launched the process (restarts append to the same log)
         self._log_handle = None
 
     # ---- endpoints --------------------------------------------------------------------------------------------
@@ -200,7 +207,8 @@ class TritonServer:
             fd, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
             os.close(fd)
             self.log_file = Path(name)
-        self._log_handle = open(self.log_file, "wb")
+        self._log_handle = open(self.log_file, "ab" if self.starts else "wb")
+        self.starts += 1
         cmd = self.command(binary, backends)
         log.info("starting %s", " ".join(cmd))
         self.process = subprocess.Popen(cmd, stdout=self._log_handle, stderr=subprocess.STDOUT, env=env,
@@ -286,7 +294,7 @@ class TritonServer:
                 code = self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 log.warning("tritonserver did not stop within %.0f s; killing it", timeout)
-                os.killpg(self.process.pid, signal.SIGKILL)
+                _killpg(self.process.pid)
                 code = self.process.wait(10)
         elif self.process is not None:
             code = self.process.returncode
@@ -295,8 +303,37 @@ class TritonServer:
             self._log_handle = None
         return code
 
+    def kill(self) -> int | None:
+        """SIGKILL the server and its python backend stubs (one process group): requests in flight end with a
+        closed connection at once. Returns the exit code (None if there was no process)."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            _killpg(self.process.pid)
+            self.process.wait(10)
+        else:  # dead already (crash): its stubs may linger, still holding their shared memory
+            _killpg(self.process.pid)
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+        return self.process.returncode
+
+    def unload(self, model: str) -> None:
+        """Unload one model (explicit model control); Triton answers at once and unloads in the background."""
+        request = urllib.request.Request(f"{self.http_url}/v2/repository/models/{model}/unload", data=b"{}",
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+
     def __enter__(self) -> TritonServer:
         return self.start() if self.process is None else self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:  # nothing left in the group
+        pass

@@ -10,17 +10,38 @@ A streaming request ends with an empty response whose `finished` is true and whi
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
 Requests run one at a time on a worker thread (execute() only queues them), so a slow generation never blocks
-Triton; a cancelled request (client gone) stops at the next verify step.
+Triton; a cancelled request stops at the next verify step. Cancelled means either Triton cancelled this request
+(a gRPC cancel sent to this model directly) or a *cancel request* named its stream_key: input_lengths 0 and
+request_output_len 0 with a stream_key. Postprocessing sends one when it sees that the eagle_model/base_model
+request it serves was cancelled (HTTP client gone, gRPC cancel): Triton's ensemble cancels only the steps it
+schedules after the cancellation, never the engine step already running (core ensemble_scheduler.cc,
+ScheduleSteps), so the engine would otherwise generate for nobody until max_tokens.
 Copied as model_repository/{eagle_engine,base_engine}/1/model.py.
 """
 
 import json
 import os
 import queue
+import sys
 import threading
+from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+
+def _honor_pythonpath():
+    """Triton's python backend stub runs Python isolated (sys.flags.isolated: PYTHONPATH ignored), so a server
+    started with PYTHONPATH (a source checkout, the tests) would import the venv's installed eagle_trt instead;
+    put PYTHONPATH's entries first, as a plain `python` does."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    sys.path[:0] = [e for e in entries if e not in sys.path]
+
+
+_honor_pythonpath()
+
+
+MAX_CANCELLED_KEYS = 4096  # remembered cancelled stream keys (oldest dropped first)
 
 
 def _scalar(request, name, default):
@@ -58,6 +79,23 @@ def cpu_threads(requested: int, engines_sharing: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // max(1, engines_sharing))
 
 
+def _is_cancel_request(request) -> bool:
+    """input_lengths 0, request_output_len 0 and a stream_key: "stop the stream with this key"."""
+    return (pb_utils.get_input_tensor_by_name(request, "stream_key") is not None
+            and int(_scalar(request, "input_lengths", 1)) == 0 and int(_scalar(request, "request_output_len", 1)) == 0)
+
+
+def cancel_request(engine: str, stream_key: int):
+    """The BLS request that asks `engine` to stop the stream `stream_key` (used by postprocessing)."""
+    def tensor(name, value, dtype):
+        return pb_utils.Tensor(name, np.array([[value]], dtype=dtype))  # [1, 1]
+
+    return pb_utils.InferenceRequest(
+        model_name=engine, requested_output_names=["finished"],
+        inputs=[tensor("input_ids", 0, np.int32), tensor("input_lengths", 0, np.int32),
+                tensor("request_output_len", 0, np.int32), tensor("stream_key", stream_key, np.uint64)])
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.runtime import EagleEngine
@@ -81,13 +119,26 @@ class TritonPythonModel:
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
         self.queue = queue.Queue()
+        self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
         self.worker.start()
 
     def execute(self, requests):
         for request in requests:
-            self.queue.put(request)
+            if _is_cancel_request(request):
+                self._cancel(request)
+            else:
+                self.queue.put(request)
         return None
+
+    def _cancel(self, request):
+        """Mark a stream cancelled (the worker stops it at its next step, or skips it if still queued)."""
+        key = int(_scalar(request, "stream_key", 0))
+        if key:  # 0: a request that came without a key (not through the ensemble)
+            self.cancelled[key] = None
+        while len(self.cancelled) > MAX_CANCELLED_KEYS:
+            self.cancelled.popitem(last=False)
+        request.get_response_sender().send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def finalize(self):
         self.queue.put(None)
@@ -130,6 +181,11 @@ class TritonPythonModel:
         stop_sequences = unpack_stop_words(stop_tensor.as_numpy()) if stop_tensor is not None else []
         stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stop_sequences if len(s) == 1)} - {-1}))
         multi_token_stops = [s for s in stop_sequences if len(s) > 1]
+        stream_key = int(key[0, 0])
+        if (stream_key and stream_key in self.cancelled) or sender.is_cancelled():  # while it waited in the queue
+            pb_utils.Logger.log_info(f"request cancelled by the client before it started (stream {stream_key})")
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            return
 
         steps = self.engine.generate(prompt, max_new, sampling=sampling, stop_token_ids=stop_token_ids)
         generated, sent, cancelled = [], 0, False
@@ -146,7 +202,7 @@ class TritonPythonModel:
                 sent = len(generated)
             if cut is not None:
                 break
-            if sender.is_cancelled():  # gRPC cancellation (Triton forwards no HTTP disconnect)
+            if sender.is_cancelled() or (stream_key and stream_key in self.cancelled):
                 cancelled = True
                 break
         close = getattr(steps, "close", None)
@@ -157,7 +213,8 @@ class TritonPythonModel:
             figures = (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens),
                        int(stats.num_draft_tokens))
         if cancelled:
-            pb_utils.Logger.log_info(f"request cancelled by the client after {len(generated)} of {max_new} tokens")
+            pb_utils.Logger.log_info(f"request cancelled by the client after {len(generated)} of {max_new} tokens "
+                                     f"(stream {stream_key})")
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
         chunk = [] if streaming else ((prompt if not exclude_input else []) + generated)

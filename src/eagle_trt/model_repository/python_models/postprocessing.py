@@ -10,11 +10,24 @@ response's tokens are decoded on their own. Copied as model_repository/postproce
 """
 
 import json
+import os
+import sys
 import threading
 from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+
+def _honor_pythonpath():
+    """Triton's python backend stub runs Python isolated (sys.flags.isolated: PYTHONPATH ignored), so a server
+    started with PYTHONPATH (a source checkout, the tests) would import the venv's installed eagle_trt instead;
+    put PYTHONPATH's entries first, as a plain `python` does."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    sys.path[:0] = [e for e in entries if e not in sys.path]
+
+
+_honor_pythonpath()
 
 MAX_OPEN_STREAMS = 4096  # state of streams whose final response never came (cancelled) is dropped oldest-first
 PREFIX_WINDOW = 6  # tokens of context decoded before the new ones (enough for merges and leading spaces)
@@ -80,10 +93,14 @@ class TritonPythonModel:
         tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
                                                   local_files_only=True)
         self.detok = IncrementalDetokenizer(tokenizer, param.get("skip_special_tokens", "true") == "true")
+        self.cancelled = OrderedDict()  # stream keys whose engine was already asked to stop
 
     def execute(self, requests):
         responses = []
         for request in requests:
+            if request.is_cancelled():
+                responses.append(self._cancel(request))
+                continue
             try:
                 text = self._text(request)
                 out = pb_utils.Tensor("OUTPUT", np.array([[text.encode("utf-8")]], dtype=object))  # [1, 1]
@@ -92,6 +109,31 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"postprocessing failed: {type(exc).__name__}: {exc}")))
         return responses
+
+    def _cancel(self, request):
+        """Stop the engine stream behind a cancelled request; answer CANCELLED."""
+        from eagle_trt.model_repository.layout import ENSEMBLES
+        from eagle_trt.model_repository.python_models.engine import cancel_request
+
+        key_tensor = pb_utils.get_input_tensor_by_name(request, "STREAM_KEY")
+        key = None if key_tensor is None else int(key_tensor.as_numpy().reshape(-1)[0])
+        with self.detok.lock:
+            self.detok.streams.pop(key, None)  # its text will not be needed
+            first = key is not None and key not in self.cancelled
+            if first:
+                self.cancelled[key] = None
+                while len(self.cancelled) > MAX_OPEN_STREAMS:
+                    self.cancelled.popitem(last=False)
+        if first:  # the engine's responses queued behind the first cancelled one need no second cancel
+            for engine in ENSEMBLES.values():  # the key is random: only the engine running it has it
+                try:
+                    for _ in cancel_request(engine, key).exec(decoupled=True):
+                        pass
+                except Exception as exc:  # noqa: BLE001 - e.g. base_engine not loaded
+                    pb_utils.Logger.log_verbose(f"cancel of stream {key} on {engine}: {exc}")
+            pb_utils.Logger.log_info(f"ensemble request cancelled: asked the engine to stop stream {key}")
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled by the client",
+                                                                     pb_utils.TritonError.CANCELLED))
 
     def _text(self, request) -> str:
         tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [1, beam, tokens]
