@@ -25,6 +25,7 @@ from pathlib import Path
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.backend import BackendContract, backend_contract
+from eagle_trt.load_policy import PLAIN, resolve_load_policy
 from eagle_trt.model_repository.configs import ServingOptions
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,8 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
             # eagle_engine and base_engine run side by side: each takes its share of the cores unless told
             "threads": options.engine_threads,
             "engines_sharing": 2 * options.engine_instances,
+            # the tree by how many requests run at once (runtime.batching); the base engine decodes plainly
+            "load_policy": resolve_load_policy(spec.runtime_tree, options.load_policy) if speculative else PLAIN,
         } | ({} if spec.draft_vocab is None else {"draft_vocab": spec.draft_vocab}),
         instances=options.engine_instances, decoupled=True,
     )

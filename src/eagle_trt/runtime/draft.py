@@ -26,8 +26,13 @@ class DraftHead(nn.Module):
         if self.cache is not None and self.cache.max_len >= max_len:
             return
         p = self.embed_tokens.weight  # float (fc may be an Int8Linear)
-        self.cache = KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, p.dtype, p.device)
+        self.cache = self.new_cache(max_len)
         self.rope = Rope(self.args, max_len, p.dtype, p.device)
+
+    def new_cache(self, max_len: int) -> KVCache:
+        """A one-layer KV cache for a request (several run at once in runtime.batching)."""
+        p = self.embed_tokens.weight
+        return KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, p.dtype, p.device)
 
     def base_features(self, hidden: torch.Tensor, captured: torch.Tensor | None) -> torch.Tensor:
         """[T, H] feature per base-processed position, from the base forward's outputs."""

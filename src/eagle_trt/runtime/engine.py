@@ -18,6 +18,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
 from eagle_trt.runtime.fast import check_precision, prepare, truncate_draft_vocab
 from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
+from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import TreeConfig, parse_tree_arg
@@ -67,16 +68,35 @@ class GenerationResult:
 
 
 class Generation:
-    """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`."""
+    """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`.
 
-    def __init__(self, steps: Iterator[StepOutput], stats: GenerationStats):
-        self._steps, self.stats = steps, stats
+    Underneath is a coroutine that yields either a StepOutput or a BaseCall (a base forward it needs, answered by
+    `send`). Iterating runs each BaseCall at once, alone; `runtime.batching` instead answers the BaseCalls of
+    several generations with one packed forward."""
+
+    def __init__(self, steps, stats: GenerationStats, engine: EagleEngine):
+        self._steps, self.stats, self._engine = steps, stats, engine
+        self._answer = None  # what the coroutine gets back at its next resume
 
     def __iter__(self):
         return self
 
     def __next__(self) -> StepOutput:
-        return next(self._steps)
+        while True:
+            item = self.advance()
+            if isinstance(item, StepOutput):
+                return item
+            with torch.inference_mode():
+                self.answer(self._engine.base.forward_packed([item], self._engine.capture)[0])
+
+    def advance(self):
+        """Resume until the next StepOutput or BaseCall (StopIteration at the end)."""
+        answer, self._answer = self._answer, None
+        return self._steps.send(answer)
+
+    def answer(self, result) -> None:
+        """The (logits, hidden, captured) of the BaseCall the last `advance` returned."""
+        self._answer = result
 
     def close(self) -> None:
         self._steps.close()
@@ -149,29 +169,34 @@ class EagleEngine:
 
     def generate(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
-                 tokenizer=None) -> Generation:
+                 tokenizer=None, caches: tuple | None = None) -> Generation:
         """Iterate over the verify steps of one request; `.stats` is live while it runs. Bad requests raise
-        EagleTrtError here, before any work."""
+        EagleTrtError here, before any work. `caches`: (base KVCache, draft KVCache or None) of this request when
+        several run at once (runtime.batching); None: the engine's own."""
         prompt = [int(t) for t in input_ids]
         self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
         stats = GenerationStats()
-        return Generation(self._steps(prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
-                                      stats), stats)
+        steps = self._steps(prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer, stats,
+                            caches or (self.base.cache, self.draft.cache if self.draft is not None else None))
+        next(steps)  # primed: the first `send` starts the work
+        return Generation(steps, stats, self)
 
     @torch.inference_mode()
     def _steps(self, prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
-               stats: GenerationStats) -> Iterator[StepOutput]:
+               stats: GenerationStats, caches: tuple) -> Iterator:
+        cache, draft_cache = caches
+        yield None  # primed by generate()
         gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
                                             int(torch.randint(0, 2**62, ()).item()))
         stop_ids = set(int(t) for t in stop_token_ids)
         out_tokens = []
         t0 = time.perf_counter()
-        ids = torch.tensor(prompt, dtype=torch.long, device=self.device)
-        logits, hidden, captured = self.base(ids, torch.arange(len(prompt), device=self.device), 0,
-                                             capture=self.capture)
+        ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
+        logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache)
         root = self._sample(logits[-1], sampling, gen)
         root_out = None
         if self.draft is not None:
+            self.draft.cache = draft_cache  # this request's (others may have drafted since its last resume)
             shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))
             feats = self.draft.base_features(hidden, captured)
             root_out = self.draft(shifted, feats, torch.arange(len(prompt), device=self.device), 0)[-1:]
@@ -185,11 +210,12 @@ class EagleEngine:
             if reason is not None:
                 return
             t0 = time.perf_counter()
+            if self.draft is not None:
+                self.draft.cache = draft_cache
             tree = self._draft_tree(root, root_out, length)
             t1 = time.perf_counter()
-            positions = length + tree.depths
-            logits, hidden, captured = self.base(tree.tokens, positions, length, tree_mask=tree.mask,
-                                                 capture=self.capture)
+            positions = length + tree.depths  # [N+1]
+            logits, hidden, captured = yield BaseCall(tree.tokens, positions, length, tree.mask, cache)
             if self.on_verify is not None:
                 self.on_verify(tree, logits)
             if sampling.greedy:
@@ -197,13 +223,14 @@ class EagleEngine:
             else:
                 path, bonus = accept_sampling(logits, tree, sampling, gen)
             if path != list(range(len(path))):
-                self.base.cache.compact(length, torch.tensor(path, device=self.device) + length)
+                cache.compact(length, torch.tensor(path, device=self.device) + length)
             committed = tree.tokens[path[1:]].tolist() + [bonus]
             stats.steps += 1
             stats.accepted_lengths.append(len(committed))
             stats.num_draft_tokens += tree.num_draft_tokens
             stats.num_accepted_draft_tokens += len(path) - 1
             if self.draft is not None:
+                self.draft.cache = draft_cache
                 sel = torch.tensor(path, device=self.device)
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
                 pos = torch.arange(length, length + len(path), device=self.device)

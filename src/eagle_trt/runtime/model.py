@@ -110,6 +110,29 @@ class PackedTreeMask:
 
 
 @dataclass(frozen=True)
+class Segment:
+    """One sequence's rows in a packed forward: its cache, the slot of its first row, its row count and its mask
+    (as `attention` takes it)."""
+
+    cache: KVCache
+    start: int
+    rows: int
+    mask: object
+
+
+@dataclass(frozen=True)
+class BaseCall:
+    """One sequence's part of a base forward: input_ids, positions [T]; K/V land in `cache` (None: the model's)
+    at slots start..start+T-1; tree_mask [T, T] bool or None (causal)."""
+
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    start: int
+    tree_mask: torch.Tensor | None = None
+    cache: KVCache | None = None
+
+
+@dataclass(frozen=True)
 class ExactMask:
     """Run `exact_attention` (batch-invariant models) with this dense [T, S] mask (None: all visible)."""
 
@@ -184,14 +207,25 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache: KVCache, layer: int, start: int, mask):
         # x: [T, in_features]; writes K/V at slots start..start+T-1, attends over slots 0..start+T-1
+        return self.forward_segments(x, cos, sin, [Segment(cache, start, x.shape[0], mask)], layer)
+
+    def forward_segments(self, x, cos, sin, segments: list[Segment], layer: int):
+        """x: [sum T, in_features], the rows of several sequences back to back: projected together (the weights
+        are read once for all), then each segment writes and attends over its own cache."""
         t = x.shape[0]
         q, k, v = self.project(x)
-        q = apply_rope(q.view(t, self.heads, self.head_dim), cos, sin)
-        k = apply_rope(k.view(t, self.kv_heads, self.head_dim), cos, sin)
-        cache.k[layer, :, start:start + t] = k.transpose(0, 1)
-        cache.v[layer, :, start:start + t] = v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)
-        end = start + t
-        out = attention(q.transpose(0, 1), cache.k[layer, :, :end], cache.v[layer, :, :end], mask)
+        q = apply_rope(q.view(t, self.heads, self.head_dim), cos, sin).transpose(0, 1)  # [heads, sum T, D]
+        k = apply_rope(k.view(t, self.kv_heads, self.head_dim), cos, sin).transpose(0, 1)  # [KV, sum T, D]
+        v = v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)  # [KV, sum T, D]
+        outs, row = [], 0
+        for seg in segments:
+            end = seg.start + seg.rows
+            seg.cache.k[layer, :, seg.start:end] = k[:, row:row + seg.rows]
+            seg.cache.v[layer, :, seg.start:end] = v[:, row:row + seg.rows]
+            outs.append(attention(q[:, row:row + seg.rows], seg.cache.k[layer, :, :end], seg.cache.v[layer, :, :end],
+                                  seg.mask))  # [heads, T_i, D]
+            row += seg.rows
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [heads, sum T, D]
         return self.o_proj(out.transpose(0, 1).reshape(t, self.heads * self.head_dim))
 
 
@@ -219,8 +253,11 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(args)
 
     def forward(self, x, cos, sin, cache, layer, start, mask):
+        return self.forward_segments(x, cos, sin, [Segment(cache, start, x.shape[0], mask)], layer)
+
+    def forward_segments(self, x, cos, sin, segments: list[Segment], layer: int):
         h = x if self.input_layernorm is None else self.input_layernorm(x)
-        x = x + self.self_attn(h, cos, sin, cache, layer, start, mask)
+        x = x + self.self_attn.forward_segments(h, cos, sin, segments, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -270,32 +307,53 @@ class Llama(nn.Module):
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
         if self.cache is not None and self.cache.max_len >= max_len:
             return
-        p = self.embed_tokens.weight
-        a = self.args
-        cache_dtype = torch.float64 if self.batch_invariant else p.dtype  # exact_attention reads float64
-        self.cache = KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
-        self.rope = Rope(a, max_len, p.dtype, p.device)
+        self.cache = self.new_cache(max_len)
+        self.rope = Rope(self.args, max_len, self.embed_tokens.weight.dtype, self.embed_tokens.weight.device)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, start: int,
                 tree_mask: torch.Tensor | None = None, capture: tuple[int, ...] = ()):
         """input_ids, positions: [T]; K/V land at slots start..start+T-1. Returns (logits [T, V] fp32,
         hidden [T, H] after the final norm, captured [T, len(capture)*H] or None)."""
-        t = input_ids.shape[0]
-        x = self.embed_tokens(input_ids)  # [T, H]
+        return self.forward_packed([BaseCall(input_ids, positions, start, tree_mask)], capture)[0]
+
+    def forward_packed(self, calls: list[BaseCall], capture: tuple[int, ...] = ()) -> list[tuple]:
+        """Several sequences in one forward: their rows are packed so every linear layer reads its weights once,
+        attention runs per sequence over its own cache. One (logits, hidden, captured) per call, as `forward`.
+        With int8 linears and exact attention each row's result does not depend on what it is packed with."""
+        ids = calls[0].input_ids if len(calls) == 1 else torch.cat([c.input_ids for c in calls])  # [sum T]
+        positions = calls[0].positions if len(calls) == 1 else torch.cat([c.positions for c in calls])
+        x = self.embed_tokens(ids)  # [sum T, H]
         cos, sin = self.rope(positions)
-        mask = block_mask(start, tree_mask, t, x.device)
-        if self.batch_invariant:
-            mask = ExactMask(mask)
-        if tree_mask is not None and x.is_cuda and use_tree_kernel():
-            mask = PackedTreeMask(start, pack_mask_torch(tree_mask), mask)
+        segments = [Segment(c.cache or self.cache, c.start, c.input_ids.shape[0], self._mask(c, x)) for c in calls]
         saved = {}
         for i, layer in enumerate(self.layers):
             if i in capture:
                 saved[i] = x
-            x = layer(x, cos, sin, self.cache, i, start, mask)
+            x = layer.forward_segments(x, cos, sin, segments, i)
         hidden = self.norm(x)
         logits = self.lm_head(hidden).float()
-        return logits, hidden, (torch.cat([saved[i] for i in capture], dim=-1) if capture else None)
+        captured = torch.cat([saved[i] for i in capture], dim=-1) if capture else None
+        out, row = [], 0
+        for seg in segments:
+            rows = slice(row, row + seg.rows)
+            out.append((logits[rows], hidden[rows], None if captured is None else captured[rows]))
+            row += seg.rows
+        return out
+
+    def _mask(self, call: BaseCall, x: torch.Tensor):
+        t = call.input_ids.shape[0]
+        mask = block_mask(call.start, call.tree_mask, t, x.device)
+        if self.batch_invariant:
+            mask = ExactMask(mask)
+        if call.tree_mask is not None and x.is_cuda and use_tree_kernel():
+            mask = PackedTreeMask(call.start, pack_mask_torch(call.tree_mask), mask)
+        return mask
+
+    def new_cache(self, max_len: int) -> KVCache:
+        """A KV cache like the model's own, for another sequence (packed forwards take one per sequence)."""
+        a, p = self.args, self.embed_tokens.weight
+        cache_dtype = torch.float64 if self.batch_invariant else p.dtype  # exact_attention reads float64
+        return KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
 
     @staticmethod
     def hf_name_map(args: LlamaArgs) -> dict[str, str]:

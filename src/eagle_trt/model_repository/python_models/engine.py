@@ -9,8 +9,9 @@ total_draft_tokens (cumulative for the request, always filled), stream_key (pass
 A streaming request ends with an empty response whose `finished` is true and which carries the final figures.
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
-Requests run one at a time on a worker thread (execute() only queues them), so a slow generation never blocks
-Triton; a cancelled request stops at the next verify step. Cancelled means either Triton cancelled this request
+Requests run on a worker thread (execute() only queues them), up to max_batch_size at once through
+runtime.batching: one packed base forward per round for all of them, each drafting with the tree the bundle's load
+policy gives its batch size. A cancelled request stops at the next round. Cancelled means either Triton cancelled this request
 (a gRPC cancel sent to this model directly) or a *cancel request* named its stream_key: input_lengths 0 and
 request_output_len 0 with a stream_key. Postprocessing sends one when it sees that the eagle_model/base_model
 request it serves was cancelled (HTTP client gone, gRPC cancel): Triton's ensemble cancels only the steps it
@@ -96,6 +97,33 @@ def cancel_request(engine: str, stream_key: int):
                 tensor("request_output_len", 0, np.int32), tensor("stream_key", stream_key, np.uint64)])
 
 
+def _stats_figures(stats):
+    """(acceptance_rate, accepted drafts, drafted tokens) so far in the request."""
+    return (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens), int(stats.num_draft_tokens))
+
+
+class RequestState:
+    """One request as the worker sees it: what it asked for and what has been sent back."""
+
+    def __init__(self, request, sender):
+        self.sender = sender
+        input_ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1)  # [input_len]
+        input_len = int(_scalar(request, "input_lengths", input_ids.size))
+        self.prompt = [int(t) for t in input_ids[:input_len]]
+        self.max_new = int(_scalar(request, "request_output_len", 16))
+        end_id = int(_scalar(request, "end_id", -1))
+        self.streaming = bool(_scalar(request, "streaming", False))
+        self.exclude_input = bool(_scalar(request, "exclude_input_in_output", True))
+        self.stream_key = int(_scalar(request, "stream_key", 0))
+        self.key = np.array([[self.stream_key]], dtype=np.uint64)  # [1, 1]
+        stop_tensor = pb_utils.get_input_tensor_by_name(request, "stop_words_list")
+        stops = unpack_stop_words(stop_tensor.as_numpy()) if stop_tensor is not None else []
+        self.stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stops if len(s) == 1)} - {-1}))
+        self.multi_token_stops = [s for s in stops if len(s) > 1]
+        self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0)
+        self.slot, self.closed = None, False
+
+
 class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.runtime import EagleEngine
@@ -118,7 +146,12 @@ class TritonPythonModel:
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
-        self.queue = queue.Queue()
+        from eagle_trt.runtime.batching import Batcher, LoadPolicy
+
+        policy = param.get("load_policy") or param["tree"]
+        self.batcher = Batcher(self.engine, max(1, int(config.get("max_batch_size") or 1)),
+                               LoadPolicy.parse(policy if param.get("draft_dir") else "none"))
+        self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
         self.worker.start()
@@ -145,93 +178,92 @@ class TritonPythonModel:
         self.worker.join(timeout=10)
 
     def _loop(self):
-        while True:
-            request = self.queue.get()
-            if request is None:
-                return
-            sender = request.get_response_sender()
-            try:
-                self._generate(request, sender)
-            except Exception as exc:  # noqa: BLE001 - every request gets an answer; the worker must live on
-                message = f"generation failed: {type(exc).__name__}: {exc}"
-                pb_utils.Logger.log_error(message)
-                try:
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                except Exception as send_exc:  # noqa: BLE001 - e.g. the request was already closed
-                    pb_utils.Logger.log_error(f"could not report the failure: {send_exc}")
+        """Admit waiting requests up to the batch limit, run one round (one packed base forward for all running
+        requests), answer what it produced; requests join and leave between rounds."""
+        while self._admit_waiting():
+            for slot, step in self._guarded(self.batcher.round) or ():
+                self._guarded(self._on_step, slot.key, step)
+            for state in self.running:
+                if state.slot.done and state.slot.error is not None and not state.closed:
+                    state.closed = True
+                    self._fail(state.sender, state.slot.error)
+                elif not state.slot.done and self._is_cancelled(state):
+                    pb_utils.Logger.log_info(f"request cancelled by the client after {len(state.generated)} of "
+                                             f"{state.max_new} tokens (stream {state.stream_key})")
+                    self.batcher.cancel(state.slot)
+                    state.closed = True
+                    self._guarded(state.sender.send, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self.running = [s for s in self.running if not s.slot.done]
 
-    def _generate(self, request, sender):
+    def _admit_waiting(self) -> bool:
+        """Take queued requests while there is room (wait for one when idle); False on shutdown."""
+        while len(self.batcher.active) < self.batcher.max_batch:
+            try:
+                request = self.queue.get(block=not self.batcher.active)
+            except queue.Empty:
+                return True
+            if request is None:
+                return False
+            self._admit(request)
+        return True
+
+    def _is_cancelled(self, state) -> bool:
+        return state.sender.is_cancelled() or bool(state.stream_key and state.stream_key in self.cancelled)
+
+    def _admit(self, request):
         from eagle_trt.runtime import SamplingParams
 
-        input_ids = pb_utils.get_input_tensor_by_name(request, "input_ids").as_numpy().reshape(-1)  # [input_len]
-        input_len = int(_scalar(request, "input_lengths", input_ids.size))
-        prompt = [int(t) for t in input_ids[:input_len]]
-        max_new = int(_scalar(request, "request_output_len", 16))
-        end_id = int(_scalar(request, "end_id", -1))
-        streaming = bool(_scalar(request, "streaming", False))
-        exclude_input = bool(_scalar(request, "exclude_input_in_output", True))
-        key = np.array([[int(_scalar(request, "stream_key", 0))]], dtype=np.uint64)
-        seed = _scalar(request, "seed", None)
-        sampling = SamplingParams(temperature=float(_scalar(request, "temperature", 0.0)),
-                                  top_k=int(_scalar(request, "runtime_top_k", 0)),
-                                  top_p=float(_scalar(request, "runtime_top_p", 1.0)),
-                                  seed=None if seed is None else int(seed))
-        stop_tensor = pb_utils.get_input_tensor_by_name(request, "stop_words_list")
-        stop_sequences = unpack_stop_words(stop_tensor.as_numpy()) if stop_tensor is not None else []
-        stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stop_sequences if len(s) == 1)} - {-1}))
-        multi_token_stops = [s for s in stop_sequences if len(s) > 1]
-        stream_key = int(key[0, 0])
-        if (stream_key and stream_key in self.cancelled) or sender.is_cancelled():  # while it waited in the queue
-            pb_utils.Logger.log_info(f"request cancelled by the client before it started (stream {stream_key})")
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        sender = request.get_response_sender()
+        try:
+            state = RequestState(request, sender)
+            if self._is_cancelled(state):  # while it waited in the queue
+                pb_utils.Logger.log_info(f"request cancelled by the client before it started (stream "
+                                         f"{state.stream_key})")
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                return
+            seed = _scalar(request, "seed", None)
+            sampling = SamplingParams(temperature=float(_scalar(request, "temperature", 0.0)),
+                                      top_k=int(_scalar(request, "runtime_top_k", 0)),
+                                      top_p=float(_scalar(request, "runtime_top_p", 1.0)),
+                                      seed=None if seed is None else int(seed))
+            state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state)
+        except Exception as exc:  # noqa: BLE001 - a bad request gets an error answer, the others run on
+            self._fail(sender, exc)
             return
+        self.running.append(state)
 
-        steps = self.engine.generate(prompt, max_new, sampling=sampling, stop_token_ids=stop_token_ids)
-        generated, sent, cancelled = [], 0, False
-        figures = (0.0, 0, 0)
-        for step in steps:
-            generated.extend(step.token_ids)
-            figures = self._figures(steps, figures)
-            cut = find_stop(generated, multi_token_stops, sent) if multi_token_stops else None
+    def _on_step(self, state, step):
+        state.generated.extend(step.token_ids)
+        state.figures = _stats_figures(step.stats)
+        cut = find_stop(state.generated, state.multi_token_stops, state.sent) if state.multi_token_stops else None
+        if cut is not None:
+            state.generated = state.generated[:cut]
+        if state.streaming and len(state.generated) > state.sent:
+            chunk = (state.prompt if (state.sent == 0 and not state.exclude_input) else []) + state.generated[state.sent:]
+            state.sender.send(self._response(chunk, state.figures, state.key, finished=False))
+            state.sent = len(state.generated)
+        if cut is not None or step.finish_reason is not None:
             if cut is not None:
-                generated = generated[:cut]
-            if streaming and len(generated) > sent:
-                chunk = (prompt if (sent == 0 and not exclude_input) else []) + generated[sent:]
-                sender.send(self._response(chunk, figures, key, finished=False))
-                sent = len(generated)
-            if cut is not None:
-                break
-            if sender.is_cancelled() or (stream_key and stream_key in self.cancelled):
-                cancelled = True
-                break
-        close = getattr(steps, "close", None)
-        if close is not None:
-            close()
-        stats = getattr(steps, "stats", None)
-        if stats is not None:
-            figures = (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens),
-                       int(stats.num_draft_tokens))
-        if cancelled:
-            pb_utils.Logger.log_info(f"request cancelled by the client after {len(generated)} of {max_new} tokens "
-                                     f"(stream {stream_key})")
-            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            return
-        chunk = [] if streaming else ((prompt if not exclude_input else []) + generated)
-        sender.send(self._response(chunk, figures, key, finished=True),
-                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                self.batcher.cancel(state.slot)
+            chunk = [] if state.streaming else ((state.prompt if not state.exclude_input else []) + state.generated)
+            state.closed = True
+            state.sender.send(self._response(chunk, state.figures, state.key, finished=True),
+                              flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+    def _fail(self, sender, exc):
+        message = f"generation failed: {type(exc).__name__}: {exc}"
+        pb_utils.Logger.log_error(message)
+        self._guarded(sender.send, pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                      flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     @staticmethod
-    def _figures(steps, previous):
-        """Running (acceptance_rate, accepted drafts, drafted tokens) while the iterator is still going."""
-        stats = getattr(steps, "stats", None)
-        if stats is None:
-            return previous
+    def _guarded(fn, *args, **kwargs):
+        """Run fn; log (never raise) a failure, e.g. sending to a request the client already closed."""
         try:
-            return (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens),
-                    int(stats.num_draft_tokens))
-        except (TypeError, ValueError, AttributeError):
-            return previous
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the worker must live on
+            pb_utils.Logger.log_error(f"{getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}")
+            return None
 
     @staticmethod
     def _response(tokens, figures, key, finished: bool):

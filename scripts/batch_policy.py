@@ -1,0 +1,63 @@
+"""Which tree pays at which batch size: run B requests at once through runtime.batching (SmolLM2 + our EAGLE-1
+draft, int8, the demo's settings) for B in 1, 2, 4, 8 and each candidate tree, and print aggregate output tokens/s
+(best of interleaved rounds) and the best tree per B: the measurement behind the default load policy.
+
+    .venv/bin/python scripts/batch_policy.py [--trees "dynamic:3,2,4;chain:2;chain:1;none"] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trees", default="dynamic:3,2,4;chain:2;chain:1;none")
+    ap.add_argument("--batches", default="1,2,4,8")
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
+    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime.batching import Batcher, LoadPolicy
+
+    base = materialize_demo_base()
+    engine = EagleEngine.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
+    tok = AutoTokenizer.from_pretrained(str(base))
+    prompts = [encode_prompt(tok, p.text, True) for p in load_dataset("calibration")[:16]]
+    trees, batches = args.trees.split(";"), [int(b) for b in args.batches.split(",")]
+    best: dict[tuple[int, str], float] = {}
+    for _ in range(args.rounds):
+        for b in batches:
+            for tree in trees:
+                batcher = Batcher(engine, b, LoadPolicy.parse(tree))
+                for i in range(b):
+                    batcher.start(prompts[i], args.max_tokens, stop_token_ids=())
+                t0, n = time.perf_counter(), 0
+                while batcher.active:
+                    n += sum(len(step.token_ids) for _, step in batcher.round())
+                tps = n / (time.perf_counter() - t0)
+                best[(b, tree)] = max(best.get((b, tree), 0.0), tps)
+    print("| batch | " + " | ".join(trees) + " | best |")
+    print("|---" * (len(trees) + 2) + "|")
+    rows = []
+    for b in batches:
+        figures = [best[(b, t)] for t in trees]
+        winner = trees[figures.index(max(figures))]
+        rows.append({"batch": b, "tokens_per_s": dict(zip(trees, figures)), "best": winner})
+        print(f"| {b} | " + " | ".join(f"{f:.1f}" for f in figures) + f" | {winner} |")
+    print("policy: " + ";".join(r["best"] for r in rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"max_tokens": args.max_tokens, "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

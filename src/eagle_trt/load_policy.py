@@ -1,0 +1,53 @@
+"""The load policy of the pytorch engine: which tree a request drafts with, by how many requests run at once.
+
+A verify forward over B requests carries B x (tree + 1) rows, so the tree that pays at batch 1 stops paying as B
+grows (production servers lower speculation with the batch in the same way). A policy lists trees by batch size,
+`;`-separated: entry i is the tree of a request that starts while i+1 requests run (itself included), the last
+entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1 and shrinks it by
+AUTO_TAIL, measured on this project's CPU (scripts/batch_policy.py; the figures are in the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.tree import parse_tree_arg
+
+PLAIN = "none"  # the policy entry for plain decoding
+AUTO = "auto"
+AUTO_TAIL = ("chain:2", "chain:1", "chain:1", PLAIN)  # batches 2, 3-4 ... (see the module docstring)
+
+
+@dataclass(frozen=True)
+class LoadPolicy:
+    """trees[i]: the tree of a request that starts with i+1 requests running (itself included)."""
+
+    trees: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, value: str) -> LoadPolicy:
+        trees = tuple(t.strip() for t in str(value).split(";") if t.strip())
+        if not trees:
+            raise EagleTrtError(f"load policy {value!r} names no tree",
+                                "pass trees by batch size separated by ';', e.g. dynamic:3,2,4;chain:2;none")
+        for tree in trees:
+            if tree != PLAIN:
+                try:
+                    parse_tree_arg(tree)
+                except EagleTrtError as exc:
+                    raise EagleTrtError(f"load policy {value!r}: {exc.message}", exc.hint) from None
+        return cls(trees)
+
+    def tree_for(self, batch: int) -> str:
+        return self.trees[min(max(batch, 1), len(self.trees)) - 1]
+
+    def to_arg(self) -> str:
+        return ";".join(self.trees)
+
+
+def resolve_load_policy(runtime_tree: str, value: str = AUTO) -> str:
+    """The policy string a bundle records: `value` checked, or (auto) the runtime tree then AUTO_TAIL."""
+    if value == AUTO:
+        return LoadPolicy((runtime_tree, *AUTO_TAIL)).to_arg()
+    return LoadPolicy.parse(value).to_arg()

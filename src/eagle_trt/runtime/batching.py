@@ -1,0 +1,115 @@
+"""Several requests through one engine at once. Each round advances every running request to its next base forward
+(prefill or verify), runs those forwards as one packed forward (`Llama.forward_packed`: every linear layer reads
+its weights once for all rows; attention stays per request, over the request's own KV cache) and hands each
+request its rows back. Drafting stays per request. Outputs are those of running each request alone: with int8
+linears and exact attention bit for bit, otherwise to the same float tolerance as any change of batch shape.
+
+Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
+running when it starts, down to plain decoding (`none`) through the same engine.
+
+    batcher = Batcher(engine, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
+    slot = batcher.start(prompt_ids, 64)
+    while batcher.active:
+        for slot, step in batcher.round(): ...     # StepOutputs; slot.done / slot.error when a request ends
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.load_policy import PLAIN, LoadPolicy
+from eagle_trt.runtime.engine import EagleEngine, Generation, StepOutput
+from eagle_trt.runtime.verify import SamplingParams
+
+
+@dataclass(eq=False)
+class Slot:
+    """One running request: its generation, its KV caches, and how it ended."""
+
+    key: object
+    tree: str
+    generation: Generation | None = None
+    caches: tuple | None = None
+    done: bool = False
+    error: Exception | None = None
+    outputs: list[StepOutput] = field(default_factory=list)
+
+
+class Batcher:
+    def __init__(self, engine: EagleEngine, max_batch: int, policy: LoadPolicy):
+        if max_batch < 1:
+            raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
+        self.engine, self.max_batch, self.policy = engine, max_batch, policy
+        self.views: dict[str, EagleEngine] = {}
+        for tree in dict.fromkeys(policy.trees):
+            speculative = tree != PLAIN and engine.draft is not None
+            self.views[tree] = engine.with_tree(tree if speculative else "chain:1", speculative=speculative)
+        widest = max(v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None) \
+            if any(v.draft is not None for v in self.views.values()) else 0
+        self.room = engine.max_seq_len + widest + 2  # as EagleEngine sizes its own caches
+        self.draft_room = self.room + widest + 2
+        self.spare: list[tuple] = []  # caches of finished requests, reused
+        self.active: list[Slot] = []
+
+    def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
+              stop_token_ids: Sequence[int] = (), key: object = None) -> Slot:
+        """Admit a request (EagleTrtError for a bad one, before any work); it runs from the next round."""
+        if len(self.active) >= self.max_batch:
+            raise EagleTrtError(f"{len(self.active)} requests already running (max_batch {self.max_batch})",
+                                "wait for one to finish")
+        tree = self.policy.tree_for(len(self.active) + 1)
+        view = self.views[tree]
+        caches = self.spare.pop() if self.spare else self._new_caches()
+        slot = Slot(key, tree, caches=caches)
+        try:
+            slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
+                                            caches=(caches[0], caches[1] if view.draft is not None else None))
+        except Exception:
+            self.spare.append(caches)
+            raise
+        self.active.append(slot)
+        return slot
+
+    def round(self) -> list[tuple[Slot, StepOutput]]:
+        """Advance every running request to its next base forward, run them packed, answer them. Returns the
+        StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
+        events, calls = [], []
+        for slot in list(self.active):
+            try:
+                while True:
+                    item = slot.generation.advance()
+                    if isinstance(item, StepOutput):
+                        events.append((slot, item))
+                        continue
+                    calls.append((slot, item))
+                    break
+            except StopIteration:
+                self._finish(slot)
+            except Exception as exc:  # noqa: BLE001 - one failed request must not take the others down
+                slot.error = exc
+                self._finish(slot)
+        if calls:
+            with torch.inference_mode():
+                results = self.engine.base.forward_packed([c for _, c in calls], self.engine.capture)
+            for (slot, _), result in zip(calls, results):
+                slot.generation.answer(result)
+        return events
+
+    def cancel(self, slot: Slot) -> None:
+        if slot in self.active:
+            slot.generation.close()
+            self._finish(slot)
+
+    def _finish(self, slot: Slot) -> None:
+        slot.done = True
+        self.active.remove(slot)
+        self.spare.append(slot.caches)
+
+    def _new_caches(self) -> tuple:
+        draft = self.engine.draft
+        return (self.engine.base.new_cache(self.room),
+                draft.new_cache(self.draft_room) if draft is not None else None)

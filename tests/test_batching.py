@@ -1,0 +1,96 @@
+"""runtime.batching: several requests, one packed base forward per round; outputs equal each request run alone."""
+
+import pytest
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime import EagleEngine
+from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
+from eagle_trt.runtime.batching import Batcher
+from eagle_trt.runtime.model import BaseCall
+
+PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
+
+
+@pytest.fixture(scope="module")
+def int8_engine(tiny_base, eagle1_draft):
+    return EagleEngine.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=128)
+
+
+def _plain_alone(engine, prompt, n):
+    return engine.with_tree("chain:1", speculative=False).generate_all(prompt, n).token_ids
+
+
+def test_packed_forward_equals_separate_forwards(tiny_base):
+    engine = EagleEngine.load(tiny_base, None, tree="chain:1", max_seq_len=64)
+    base = engine.base
+    a, b = torch.tensor([5, 17, 42]), torch.tensor([9, 1])  # [3], [2]
+    caches = [base.new_cache(64), base.new_cache(64)]
+    with torch.inference_mode():
+        packed = base.forward_packed([BaseCall(a, torch.arange(3), 0, None, caches[0]),
+                                      BaseCall(b, torch.arange(2), 0, None, caches[1])])
+        alone_a = base.forward_packed([BaseCall(a, torch.arange(3), 0, None, base.new_cache(64))])[0]
+        alone_b = base.forward_packed([BaseCall(b, torch.arange(2), 0, None, base.new_cache(64))])[0]
+    assert packed[0][0].shape == (3, base.args.vocab_size) and packed[1][0].shape == (2, base.args.vocab_size)
+    torch.testing.assert_close(packed[0][0], alone_a[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(packed[1][0], alone_b[0], rtol=1e-5, atol=1e-5)
+    assert caches[1].k[:, :, 2:].abs().sum() == 0  # b wrote its 2 rows into its own cache only
+
+
+def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_engine):
+    """Four requests admitted at once: the policy gives them different trees (and plain decoding); every output
+    equals the same engine's plain int8 decoding of that prompt alone, token for token."""
+    batcher = Batcher(int8_engine, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;none"))
+    slots = [batcher.start(p, 12, key=i) for i, p in enumerate(PROMPTS)]
+    assert [s.tree for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "none"]
+    tokens = {i: [] for i in range(len(PROMPTS))}
+    rounds = 0
+    while batcher.active:
+        for slot, step in batcher.round():
+            tokens[slot.key] += step.token_ids
+        rounds += 1
+    assert all(s.done and s.error is None for s in slots)
+    for i, prompt in enumerate(PROMPTS):
+        assert tokens[i] == _plain_alone(int8_engine, prompt, 12), f"request {i} ({slots[i].tree})"
+    assert rounds <= 13  # one base forward per round for all four, not one per request
+
+
+def test_requests_join_and_leave_between_rounds(int8_engine):
+    batcher = Batcher(int8_engine, max_batch=2, policy=LoadPolicy.parse("chain:3"))
+    first = batcher.start(PROMPTS[0], 20, key="first")
+    batcher.round()
+    batcher.round()
+    late = batcher.start(PROMPTS[2], 6, key="late")
+    with pytest.raises(EagleTrtError, match=r"2 requests already running \(max_batch 2\)"):
+        batcher.start(PROMPTS[1], 4)
+    out = {"first": [], "late": []}
+    while batcher.active:
+        for slot, step in batcher.round():
+            out[slot.key] += step.token_ids
+    assert late.done and first.done
+    assert out["late"] == _plain_alone(int8_engine, PROMPTS[2], 6)
+    assert len(batcher.spare) == 2  # caches reused by the next requests
+
+
+def test_cancel_frees_the_slot(int8_engine):
+    batcher = Batcher(int8_engine, max_batch=1, policy=LoadPolicy.parse("chain:2"))
+    slot = batcher.start(PROMPTS[0], 50)
+    batcher.round()
+    batcher.cancel(slot)
+    assert slot.done and not batcher.active
+    again = batcher.start(PROMPTS[1], 5)
+    while batcher.active:
+        batcher.round()
+    assert again.done and again.error is None
+
+
+def test_policy_parsing():
+    policy = LoadPolicy.parse(" chain:2 ; chain:1;none ")
+    assert [policy.tree_for(b) for b in (1, 2, 3, 9)] == ["chain:2", "chain:1", "none", "none"]
+    assert policy.to_arg() == "chain:2;chain:1;none"
+    with pytest.raises(EagleTrtError, match="names no tree"):
+        LoadPolicy.parse(" ; ")
+    with pytest.raises(EagleTrtError, match="load policy 'chain:2;bogus:3'"):
+        LoadPolicy.parse("chain:2;bogus:3")
+    assert resolve_load_policy("dynamic:3,2,4").startswith("dynamic:3,2,4;")
+    assert resolve_load_policy("chain:3", "chain:3;none") == "chain:3;none"
