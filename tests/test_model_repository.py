@@ -335,3 +335,18 @@ def test_engine_threads_in_the_repository(tmp_path):
     assert params["threads"] == "3" and params["engines_sharing"] == "4"
     with pytest.raises(EagleTrtError, match="engine-threads must be >= 0, got -1"):
         ServingOptions(engine_threads=-1).validate()
+
+
+def test_load_policy_in_the_repository(tmp_path):
+    """The engine config records the load policy: auto = the runtime tree, then the measured tail; the base engine
+    decodes plainly at every batch size; a bad policy is refused naming the tree."""
+    from eagle_trt.load_policy import AUTO_TAIL
+
+    repo = tmp_path / "repo"
+    write_model_repository(fixed_spec("pytorch"), repo, bundle_dir=Path("/bundle"))
+    params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
+                     .parameters.items()} for name in ("eagle_engine", "base_engine")}
+    assert params["eagle_engine"]["load_policy"] == ";".join(("dynamic:5,8,48", *AUTO_TAIL))
+    assert params["base_engine"]["load_policy"] == "none"
+    with pytest.raises(EagleTrtError, match="load policy 'chain:2;chain:x'"):
+        ServingOptions(load_policy="chain:2;chain:x").validate()

@@ -47,6 +47,10 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 @click.option("--engine-instances", type=int, default=1, show_default=True, help="Engine model instances.")
 @click.option("--engine-threads", type=click.IntRange(min=0), default=0, show_default=True,
               help="CPU threads per pytorch-engine instance (0: the cores shared among eagle and base engines).")
+@click.option("--load-policy", default="auto", show_default=True,
+              help="pytorch engine: the tree by how many requests run at once, ';'-separated from batch 1 (the last "
+                   "for larger batches; none = plain decoding), e.g. dynamic:3,2,4;chain:2;chain:1;none. auto: the "
+                   "runtime tree, then eagle_trt.load_policy.AUTO_TAIL.")
 @click.option("--preprocessing-instances", type=int, default=1, show_default=True)
 @click.option("--postprocessing-instances", type=int, default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=int, default=0, show_default=True, help="tensorrtllm dynamic batching.")
@@ -61,7 +65,7 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len,
               max_seq_len,
-              tp_size, backend_version, chat_template, engine_instances, engine_threads, preprocessing_instances,
+              tp_size, backend_version, chat_template, engine_instances, engine_threads, load_policy, preprocessing_instances,
               postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
               skip_convert, skip_engines, force, as_json):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
@@ -133,7 +137,7 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
             for step in plan.steps:
                 click.echo(f"  - {step}")
         return
-    serving = ServingOptions(engine_instances=engine_instances, engine_threads=engine_threads,
+    serving = ServingOptions(engine_instances=engine_instances, engine_threads=engine_threads, load_policy=load_policy,
                              preprocessing_instances=preprocessing_instances,
                              postprocessing_instances=postprocessing_instances,
                              max_queue_delay_us=max_queue_delay_us, kv_cache_free_gpu_mem_fraction=kv_cache_fraction,

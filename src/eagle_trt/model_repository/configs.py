@@ -115,6 +115,10 @@ class ServingOptions:
             if getattr(self, name) < 1:
                 raise EagleTrtError(f"{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}",
                                     "pass a positive instance count")
+        if self.load_policy != "auto":
+            from eagle_trt.load_policy import LoadPolicy
+
+            LoadPolicy.parse(self.load_policy)  # names the bad tree
         if self.engine_threads < 0:
             raise EagleTrtError(f"engine-threads must be >= 0, got {self.engine_threads}",
                                 "pass 0 to share the cores among the engine instances, or a thread count")
