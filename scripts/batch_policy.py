@@ -18,8 +18,14 @@ def main() -> None:
     ap.add_argument("--batches", default="1,2,4,8")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads (1: what each of the two engines gets when served on 2 cores)")
     ap.add_argument("--json")
     args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
 
     from transformers import AutoTokenizer
 
@@ -56,7 +62,7 @@ def main() -> None:
     print("policy: " + ";".join(r["best"] for r in rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"max_tokens": args.max_tokens, "rows": rows}, f, indent=2)
+            json.dump({"max_tokens": args.max_tokens, "threads": args.threads, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":
