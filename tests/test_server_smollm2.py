@@ -54,3 +54,38 @@ def test_smollm2_eagle_and_base_agree_token_for_token(smollm2_server):
         assert eagle.text.strip()
         accepted += eagle.total_accepted_draft_tokens or 0
     assert accepted > 0  # the draft is actually used
+
+
+@pytest.fixture(scope="module")
+def smollm2_int8_server(tmp_path_factory):
+    from eagle_trt.serving import TritonServer
+
+    base, draft = _demo_dir(), _demo_dir("--draft")
+    out = tmp_path_factory.mktemp("smollm2-int8") / "bundle"
+    result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
+                                       "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512",
+                                       "--dtype", "int8", "--tree", "chain:3", "--load-policy", "chain:3;chain:2;none"])
+    assert result.exit_code == 0, result.output
+    with TritonServer(out / "model_repository", models=["eagle_model", "base_model"],
+                      log_file=out.parent / "tritonserver.log") as server:
+        yield server, out.parent / "tritonserver.log"
+
+
+def test_smollm2_concurrent_requests_are_batched_and_identical(smollm2_int8_server):
+    """Three requests at once on each model run batched (one packed forward per round, trees by the load policy);
+    every text equals the same model's answer to the prompt alone, and eagle_model's equal base_model's (int8:
+    batch-invariant, so bit-exact)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from eagle_trt.client import generate
+
+    server, log = smollm2_int8_server
+    alone = {p: generate(server.http_url, "base_model", p, max_tokens=40).text for p in PROMPTS}
+    for model in ("eagle_model", "base_model"):
+        with ThreadPoolExecutor(len(PROMPTS)) as pool:
+            together = list(pool.map(lambda p: generate(server.http_url, model, p, max_tokens=40, stream=True).text,
+                                     PROMPTS))
+        assert together == [alone[p] for p in PROMPTS], model
+    text = log.read_text(errors="replace")
+    assert "request started with 3 running, tree none" in text  # eagle_model's third: the load policy's plain entry
+    assert "request started with 2 running, tree chain:2" in text

@@ -227,6 +227,8 @@ class TritonPythonModel:
                                       top_p=float(_scalar(request, "runtime_top_p", 1.0)),
                                       seed=None if seed is None else int(seed))
             state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state)
+            pb_utils.Logger.log_info(f"request started with {len(self.batcher.active)} running, tree "
+                                     f"{state.slot.tree} (stream {state.stream_key})")
         except Exception as exc:  # noqa: BLE001 - a bad request gets an error answer, the others run on
             self._fail(sender, exc)
             return
