@@ -52,7 +52,10 @@ class Batcher:
             if any(v.draft is not None for v in self.views.values()) else 0
         self.room = engine.max_seq_len + widest + 2  # as EagleEngine sizes its own caches
         self.draft_room = self.room + widest + 2
-        self.spare: list[tuple] = []  # caches of finished requests, reused
+        self.spare: list[tuple] = []  # caches of finished requests, reused; the engine's own serve the first
+        own = (engine.base.cache, engine.draft.cache if engine.draft is not None else None)
+        if own[0].max_len >= self.room and (own[1] is None or own[1].max_len >= self.draft_room):
+            self.spare.append(own)
         self.active: list[Slot] = []
 
     def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
