@@ -28,18 +28,24 @@ def _demo_dir(*extra: str) -> Path:
     return Path(result.output.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def smollm2_server(tmp_path_factory):
+def _serve(tmp_path_factory, name: str, *options: str):
+    """Build a SmolLM2 bundle (our draft, pytorch engine) with `options` and serve eagle_model and base_model."""
     from eagle_trt.serving import TritonServer
 
     base, draft = _demo_dir(), _demo_dir("--draft")
-    out = tmp_path_factory.mktemp("smollm2") / "bundle"
+    out = tmp_path_factory.mktemp(name) / "bundle"
     result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
                                        "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512",
-                                       "--tree", "chain:2"])
+                                       *options])
     assert result.exit_code == 0, result.output
-    with TritonServer(out / "model_repository", models=["eagle_model", "base_model"],
-                      log_file=out.parent / "tritonserver.log") as server:
+    log = out.parent / "tritonserver.log"
+    with TritonServer(out / "model_repository", models=["eagle_model", "base_model"], log_file=log) as server:
+        yield server, log
+
+
+@pytest.fixture(scope="module")
+def smollm2_server(tmp_path_factory):
+    for server, _ in _serve(tmp_path_factory, "smollm2", "--tree", "chain:2"):
         yield server
 
 
@@ -58,17 +64,8 @@ def test_smollm2_eagle_and_base_agree_token_for_token(smollm2_server):
 
 @pytest.fixture(scope="module")
 def smollm2_int8_server(tmp_path_factory):
-    from eagle_trt.serving import TritonServer
-
-    base, draft = _demo_dir(), _demo_dir("--draft")
-    out = tmp_path_factory.mktemp("smollm2-int8") / "bundle"
-    result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
-                                       "--engine", "pytorch", "--max-seq-len", "1024", "--max-input-len", "512",
-                                       "--dtype", "int8", "--tree", "chain:3", "--load-policy", "chain:3;chain:2;none"])
-    assert result.exit_code == 0, result.output
-    with TritonServer(out / "model_repository", models=["eagle_model", "base_model"],
-                      log_file=out.parent / "tritonserver.log") as server:
-        yield server, out.parent / "tritonserver.log"
+    yield from _serve(tmp_path_factory, "smollm2-int8", "--dtype", "int8", "--tree", "chain:3",
+                      "--load-policy", "chain:3;chain:2;none")
 
 
 def test_smollm2_concurrent_requests_are_batched_and_identical(smollm2_int8_server):
