@@ -193,11 +193,12 @@ def _add(reply: GenerationReply, event: dict, on_chunk, started: float, cumulati
 
 
 # ---- gRPC (tritonclient streaming) ------------------------------------------------------------------------------
-_NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT32", "int32"), "stream": ("BOOL", bool),
+_NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT64", "int64"), "stream": ("BOOL", bool),
                 "return_perf_metrics": ("BOOL", bool), "chat_template": ("BOOL", bool),
                 "temperature": ("FP32", "float32"), "top_p": ("FP32", "float32"), "top_k": ("INT32", "int32"),
-                "seed": ("UINT64", "uint64"), "stop_words": ("BYTES", object), "end_id": ("INT32", "int32"),
-                "pad_id": ("INT32", "int32"), "exclude_input_in_output": ("BOOL", bool),
+                "seed": ("UINT64", "uint64"), "stop_words": ("BYTES", object), "end_id": ("INT64", "int64"),
+                "pad_id": ("INT64", "int64"), "exclude_input_in_output": ("BOOL", bool),
+                "messages": ("BYTES", object),
                 # the LLM-API model's own names (llmapi_body)
                 "streaming": ("BOOL", bool), "sampling_param_max_tokens": ("INT32", "int32"),
                 "sampling_param_temperature": ("FP32", "float32"), "sampling_param_top_k": ("INT32", "int32"),
