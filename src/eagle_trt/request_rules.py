@@ -52,7 +52,7 @@ def check_int(param: str, value, low: int, high: int, hint: str) -> int:
         elif hasattr(value, "item") and not isinstance(value.item(), (bool, float)):  # numpy integer
             value = int(value)
         else:
-            raise bad_request(param, f"'{param}' must be an integer, got {describe(value)}", hint)
+            raise bad_request(param, f"'{param}' must be an integer, got {describe(value)}", "send a JSON integer")
     if not low <= value <= high:
         raise bad_request(param, f"'{param}' must be between {low} and {high}, got {value}", hint)
     return value

@@ -66,12 +66,16 @@ class OpenAIRoute:
                           has_chat_template=bool(spec.chat_template and getattr(tokenizer, "chat_template", None)))
         return cls(limits, triton_url=triton_url, models=models)
 
+    @property
+    def max_body(self) -> int:
+        """Largest request body read: room for a prompt at the byte cap, JSON-escaped, and the other fields."""
+        return max(1 << 20, 2 * self.limits.byte_cap + (64 << 10))
+
     # ---- lifecycle --------------------------------------------------------------------------------------------
     def app(self):
         from aiohttp import web
 
-        app = web.Application(client_max_size=max(1 << 20, 2 * self.limits.byte_cap + (64 << 10)),
-                              middlewares=[self._errors])
+        app = web.Application(client_max_size=self.max_body, middlewares=[self._errors])
         app.router.add_get("/v1/models", self.list_models)
         app.router.add_get("/v1/models/{model}", self.get_model)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -229,9 +233,11 @@ class OpenAIRoute:
         async def middleware(request, handler):
             try:
                 return await handler(request)
-            except web.HTTPRequestEntityTooLarge as exc:
-                return self._json(S.openai_error(f"the request body is larger than {exc.max_size} bytes",
-                                                 code="request_too_large"), 413)
+            except web.HTTPRequestEntityTooLarge:
+                return self._json(S.openai_error(
+                    f"the request body is larger than {self.max_body} bytes, more than any prompt of at most "
+                    f"{self.limits.max_input_len} tokens (max_input_len) needs; shorten the prompt",
+                    code="request_too_large"), 413)
             except web.HTTPException as exc:
                 if exc.status < 400:
                     raise
