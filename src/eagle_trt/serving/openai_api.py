@@ -63,7 +63,7 @@ class OpenAIRoute:
                           vocab_size=len(tokenizer),
                           byte_cap=rules.prompt_byte_cap(spec.max_input_len, rules.longest_token_bytes(tokenizer)),
                           specials=rules.special_strings(tokenizer),
-                          has_chat_template=bool(spec.chat_template and getattr(tokenizer, "chat_template", None)))
+                          has_chat_template=bool(getattr(tokenizer, "chat_template", None)))
         return cls(limits, triton_url=triton_url, models=models)
 
     @property
