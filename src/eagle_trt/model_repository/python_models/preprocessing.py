@@ -126,7 +126,7 @@ class TritonPythonModel:
         unknown = sorted(set(json.loads(raw or "{}")) - KNOWN_INPUTS)
         if unknown:
             raise rules.bad_request(unknown[0], f"unknown parameter(s) {unknown}",
-                               f"send only the inputs {sorted(KNOWN_INPUTS)}")
+                                    f"send only the inputs {sorted(KNOWN_INPUTS)}")
 
     def _process(self, request):
         self._check_parameters(request)
@@ -135,7 +135,7 @@ class TritonPythonModel:
                                             and self.has_chat_template)
         if messages is not None and not self.has_chat_template:
             raise rules.bad_request("messages", "'messages' needs a chat template, and this base has none",
-                               "send the prompt as 'text_input'")
+                                    "send the prompt as 'text_input'")
         stop_words = rules.check_stop_words("stop_words", strings(request, "STOP_WORDS_DICT"))
         self._check_sampling(request)
         end_id = rules.check_token_id("end_id", scalar(request, "END_ID", self.end_id), self.vocab_size)
@@ -167,7 +167,7 @@ class TritonPythonModel:
         query, raw_messages = scalar(request, "QUERY"), scalar(request, "MESSAGES")
         if (query is None) == (raw_messages is None):
             raise rules.bad_request("text_input", "send exactly one of 'text_input' and 'messages'",
-                               "'text_input': a prompt string; 'messages': a JSON list of {role, content}")
+                                    "'text_input': a prompt string; 'messages': a JSON list of {role, content}")
         if query is not None:
             size = len(query) if isinstance(query, bytes) else len(str(query).encode("utf-8"))
             rules.check_prompt_bytes("text_input", size, self.byte_cap, self.max_input_len)
