@@ -136,3 +136,20 @@ def test_serve_cli_starts_the_openai_route(openai_stack, tmp_path):
     time.sleep(0.5)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{ports[3]}/v1/models", timeout=2)
+
+
+def test_concurrent_requests_all_answer_the_same_greedy_text(client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        messages = [{"role": "user", "content": PROMPT}]
+        if i % 2:
+            stream = client.chat.completions.create(model="eagle_model", messages=messages, max_tokens=8,
+                                                    temperature=0, stream=True)
+            return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        reply = client.chat.completions.create(model="eagle_model", messages=messages, max_tokens=8, temperature=0)
+        return reply.choices[0].message.content
+
+    with ThreadPoolExecutor(8) as pool:
+        texts = list(pool.map(one, range(16)))
+    assert len(set(texts)) == 1 and texts[0]

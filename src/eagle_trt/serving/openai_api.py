@@ -45,6 +45,7 @@ class OpenAIRoute:
         self._thread: threading.Thread | None = None
         self._runner = None
         self._session = None
+        self._tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe to call from two threads at once
         self.url: str | None = None
 
     @classmethod
@@ -130,7 +131,8 @@ class OpenAIRoute:
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_TIMEOUT_S))
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TRITON_TIMEOUT_S),
+                                                  read_bufsize=1 << 20)  # one SSE event is one line
         return self._session
 
     # ---- handlers ---------------------------------------------------------------------------------------------
@@ -164,8 +166,7 @@ class OpenAIRoute:
         except (ValueError, UnicodeDecodeError) as exc:
             return self._json(S.openai_error(f"the request body is not valid JSON: {exc}", code="invalid_json"), 400)
         try:  # tokenizing is bounded by the byte cap, but still off the event loop
-            plan = await asyncio.get_running_loop().run_in_executor(
-                None, S.plan_request, kind, body, self.limits, self.models)
+            plan = await asyncio.get_running_loop().run_in_executor(None, self._plan, kind, body)
         except S.ModelNotFound as exc:
             return self._not_found(exc)
         except EagleTrtError as exc:
@@ -173,6 +174,10 @@ class OpenAIRoute:
         if plan.stream:
             return await self._stream(request, plan)
         return await self._unary(plan)
+
+    def _plan(self, kind: str, body) -> S.Plan:
+        with self._tokenizer_lock:
+            return S.plan_request(kind, body, self.limits, self.models)
 
     def _not_found(self, exc: EagleTrtError):
         return self._json(S.openai_error(f"{exc.message}; {exc.hint}", param="model", code="model_not_found"), 404)
