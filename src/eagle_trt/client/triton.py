@@ -207,6 +207,23 @@ _NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT64", "int64"
                 "sampling_param_exclude_input_from_output": ("BOOL", bool)}
 
 
+_NUMPY_OF = {"INT32": "int32", "INT64": "int64", "UINT64": "uint64", "FP32": "float32", "BOOL": bool,
+             "BYTES": object}
+
+
+def _declared_types(grpcclient, server_error, target: str, model: str) -> dict[str, str]:
+    """Input name -> datatype as the served model declares it (empty when the server does not say)."""
+    client = grpcclient.InferenceServerClient(target)
+    try:
+        metadata = client.get_model_metadata(model, as_json=True)
+    except server_error as exc:
+        raise EagleTrtError(f"cannot use the gRPC endpoint {target} for {model!r}: {exc}",
+                            "start it with `eagle-trt serve` and check --url and --model") from None
+    finally:
+        client.close()
+    return {i["name"]: i["datatype"] for i in metadata.get("inputs", [])}
+
+
 def _grpc_generate(url, model, body, on_chunk, timeout, cumulative=False) -> GenerationReply:
     try:
         import numpy as np
@@ -215,11 +232,15 @@ def _grpc_generate(url, model, body, on_chunk, timeout, cumulative=False) -> Gen
     except ImportError:
         raise missing_extra("tritonclient", "serving") from None
     target = urlsplit(url).netloc if "://" in url else url
+    declared = _declared_types(grpcclient, InferenceServerException, target, model)
     inputs = []
     for name, value in body.items():
         if name not in _NUMPY_TYPES:
             raise EagleTrtError(f"unknown request field {name!r}", f"use one of {sorted(_NUMPY_TYPES)}")
         triton_type, np_type = _NUMPY_TYPES[name]
+        if declared.get(name, triton_type) != triton_type:  # e.g. max_tokens: INT64 (ours), INT32 (llmapi bundles)
+            triton_type = declared[name]
+            np_type = _NUMPY_OF.get(triton_type, np_type)
         values = value if isinstance(value, list) else [value]
         if np_type is object:
             values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]
