@@ -114,7 +114,7 @@ def test_eagle_and_base_give_identical_greedy_text(server):
 
 
 BAD_REQUESTS = {
-    "missing text_input": ({"max_tokens": 8}, "missing required input"),
+    "missing text_input": ({"max_tokens": 8}, "send exactly one of 'text_input' and 'messages'"),
     "max_tokens 0": ({"text_input": "Hi", "max_tokens": 0}, "'max_tokens' must be between 1 and"),
     "max_tokens negative": ({"text_input": "Hi", "max_tokens": -5}, "'max_tokens' must be between 1 and"),
     "max_tokens beyond the limit": ({"text_input": "Hi", "max_tokens": 100000}, "'max_tokens' must be between 1"),

@@ -62,6 +62,29 @@ def test_smollm2_eagle_and_base_agree_token_for_token(smollm2_server):
     assert accepted > 0  # the draft is actually used
 
 
+def test_smollm2_openai_chat_applies_the_chat_template(smollm2_server):
+    """The OpenAI route on SmolLM2: chat goes through the base's chat template (prompt tokens counted as
+    preprocessing encodes them) and greedy text equals /v2/models/eagle_model/generate for the same prompt."""
+    openai = pytest.importorskip("openai")
+    from eagle_trt.client import generate
+    from eagle_trt.request_rules import encode_chat
+    from eagle_trt.serving import free_port
+    from eagle_trt.serving.openai_api import OpenAIRoute
+
+    route = OpenAIRoute.from_bundle(smollm2_server.repo.parent, triton_url=smollm2_server.http_url,
+                                    models=list(smollm2_server.models)).start(port=free_port())
+    try:
+        client = openai.OpenAI(base_url=route.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+        messages = [{"role": "user", "content": PROMPTS[1]}]
+        reply = client.chat.completions.create(model="eagle_model", messages=messages, max_tokens=24, temperature=0)
+        direct = generate(smollm2_server.http_url, "eagle_model", PROMPTS[1], max_tokens=24, temperature=0.0)
+        assert reply.choices[0].message.content == direct.text and direct.text.strip()
+        ids = encode_chat(route.limits.tokenizer, messages)
+        assert reply.usage.prompt_tokens == len(ids) and ids.count(1) == 3  # system (template default), user, reply
+    finally:
+        route.stop()
+
+
 @pytest.fixture(scope="module")
 def smollm2_int8_server(tmp_path_factory):
     yield from _serve(tmp_path_factory, "smollm2-int8", "--dtype", "int8", "--tree", "chain:3",

@@ -17,7 +17,8 @@ from eagle_trt import __version__
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION, parse_backend_version
 from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg, validate_for_llmapi, validate_for_trtllm
+from eagle_trt.tree import (MAX_DRAFT_TOKENS, Tree, TreeConfig, parse_tree_arg, validate_for_llmapi,
+                            validate_for_trtllm)
 
 SPEC_FILE = "eagle_trt_spec.json"
 ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
@@ -76,12 +77,14 @@ class BuildSpec:
         runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine in ("llmapi", "vllm") else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":
             dtype = auto_dtype(base.torch_dtype, engine, device)
-        max_seq_len = max_seq_len or min(8192, base.max_position_embeddings)
-        max_input_len = max_input_len or max(1, min(4096, max_seq_len // 2))
+        if max_seq_len is None:  # None means "from the base"; 0 or less is refused by validate(), never defaulted
+            max_seq_len = min(8192, base.max_position_embeddings)
+        if max_input_len is None:
+            max_input_len = max(1, min(4096, max_seq_len // 2))
         spec = cls(
             base=base, draft=draft, engine=engine, tree=static, runtime_tree=runtime_tree, dtype=dtype,
             tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
-            max_num_tokens=max_num_tokens or 8192,
+            max_num_tokens=8192 if max_num_tokens is None else max_num_tokens,
             max_draft_len=max_draft_len if max_draft_len is not None else static.num_nodes,
             num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
             max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
@@ -113,8 +116,8 @@ class BuildSpec:
         if self.max_seq_len > self.base.max_position_embeddings:
             problems.append(f"max_seq_len {self.max_seq_len} > the base's max_position_embeddings "
                             f"{self.base.max_position_embeddings}")
-        if self.max_draft_len > 256:
-            problems.append(f"max_draft_len {self.max_draft_len} > 256 (TRT-LLM's limit)")
+        if self.max_draft_len > MAX_DRAFT_TOKENS:
+            problems.append(f"max_draft_len {self.max_draft_len} > {MAX_DRAFT_TOKENS} (TRT-LLM's limit)")
         if self.max_batch_size > 512:
             problems.append(f"max_batch_size {self.max_batch_size} > 512 (TRT-LLM's limit)")
         if self.tp_size > 1:

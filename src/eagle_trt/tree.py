@@ -52,6 +52,10 @@ EAGLE_DEFAULT = [
     [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
 ]
 NAMED_TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "eagle_default": EAGLE_DEFAULT}
+# Draft tokens per verify step, root excluded: TRT-LLM's limit (max_draft_len <= 256), and ours for every engine.
+# Checked on the numbers of a --tree value before any structure is built (a chain of N nodes holds N^2/2 ranks).
+MAX_DRAFT_TOKENS = 256
+MAX_TREE_FILE_BYTES = 1 << 20
 TREE_ARG_HELP = "chain:N | static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
 
 
@@ -67,6 +71,7 @@ class Tree:
         if not isinstance(choices, (list, tuple)) or not choices:
             raise EagleTrtError(f"{source}: a tree needs a non-empty list of paths, got {choices!r}",
                                 "write it like [[0], [1], [0, 0]]: each path lists child ranks from the root")
+        check_draft_tokens(len(choices), source)
         paths = []
         for c in choices:
             if (not isinstance(c, (list, tuple)) or not c
@@ -89,6 +94,7 @@ class Tree:
     def chain(cls, n: int) -> Tree:
         if not isinstance(n, int) or n < 1:
             raise EagleTrtError(f"chain length must be a positive integer, got {n!r}", "use e.g. chain:4")
+        check_draft_tokens(n, f"chain:{n}")
         return cls(tuple((0,) * d for d in range(1, n + 1)))
 
     @classmethod
@@ -101,6 +107,9 @@ class Tree:
     def from_file(cls, path: str | Path) -> Tree:
         path = Path(path)
         try:
+            if path.stat().st_size > MAX_TREE_FILE_BYTES:
+                raise EagleTrtError(f"tree file {path} is {path.stat().st_size} bytes, too large for a tree of at most "
+                                    f"{MAX_DRAFT_TOKENS} nodes", "pass a JSON list of at most 256 paths")
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise EagleTrtError(f"tree file {path} does not exist", "pass a JSON file holding a list of paths") from None
@@ -202,6 +211,13 @@ class Tree:
     def to_brace(self) -> str:
         """TRT-LLM brace syntax for the tensorrtllm backend's `eagle_choices` parameter."""
         return ", ".join("{" + ", ".join(str(r) for r in c) + "}" for c in self.choices)
+
+
+def check_draft_tokens(count: int, what: str) -> None:
+    """Refuse a tree larger than MAX_DRAFT_TOKENS before anything is built from it."""
+    if count > MAX_DRAFT_TOKENS:
+        raise EagleTrtError(f"{what}: {count} draft tokens per step, more than {MAX_DRAFT_TOKENS} (TRT-LLM's limit)",
+                            "use a smaller tree, e.g. chain:4 or dynamic:5,8,48")
 
 
 def pack_mask(mask: np.ndarray) -> np.ndarray:
@@ -306,6 +322,8 @@ def parse_tree_arg(arg: str) -> TreeConfig:
                                 "use dynamic:DEPTH,TOPK,TOKENS with three integers, e.g. dynamic:5,8,48") from None
         if depth < 1 or top_k < 1 or total < 1:
             raise EagleTrtError(f"dynamic tree values must be >= 1, got {arg!r}", "e.g. dynamic:5,8,48")
+        for what, number in (("DEPTH", depth), ("TOPK", top_k), ("TOKENS", total)):
+            check_draft_tokens(number, f"{what} of {arg}")
         if total > top_k + depth * top_k * top_k:
             raise EagleTrtError(f"dynamic tree {arg!r} asks for {total} tokens but can draft at most "
                                 f"{top_k + depth * top_k * top_k}", "lower TOKENS or raise DEPTH/TOPK")

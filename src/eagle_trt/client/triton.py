@@ -193,17 +193,35 @@ def _add(reply: GenerationReply, event: dict, on_chunk, started: float, cumulati
 
 
 # ---- gRPC (tritonclient streaming) ------------------------------------------------------------------------------
-_NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT32", "int32"), "stream": ("BOOL", bool),
+_NUMPY_TYPES = {"text_input": ("BYTES", object), "max_tokens": ("INT64", "int64"), "stream": ("BOOL", bool),
                 "return_perf_metrics": ("BOOL", bool), "chat_template": ("BOOL", bool),
                 "temperature": ("FP32", "float32"), "top_p": ("FP32", "float32"), "top_k": ("INT32", "int32"),
-                "seed": ("UINT64", "uint64"), "stop_words": ("BYTES", object), "end_id": ("INT32", "int32"),
-                "pad_id": ("INT32", "int32"), "exclude_input_in_output": ("BOOL", bool),
+                "seed": ("UINT64", "uint64"), "stop_words": ("BYTES", object), "end_id": ("INT64", "int64"),
+                "pad_id": ("INT64", "int64"), "exclude_input_in_output": ("BOOL", bool),
+                "messages": ("BYTES", object),
                 # the LLM-API model's own names (llmapi_body)
                 "streaming": ("BOOL", bool), "sampling_param_max_tokens": ("INT32", "int32"),
                 "sampling_param_temperature": ("FP32", "float32"), "sampling_param_top_k": ("INT32", "int32"),
                 "sampling_param_top_p": ("FP32", "float32"), "sampling_param_seed": ("UINT64", "uint64"),
                 "sampling_param_stop": ("BYTES", object), "sampling_param_return_perf_metrics": ("BOOL", bool),
                 "sampling_param_exclude_input_from_output": ("BOOL", bool)}
+
+
+_NUMPY_OF = {"INT32": "int32", "INT64": "int64", "UINT64": "uint64", "FP32": "float32", "BOOL": bool,
+             "BYTES": object}
+
+
+def _declared_types(grpcclient, server_error, target: str, model: str) -> dict[str, str]:
+    """Input name -> datatype as the served model declares it (empty when the server does not say)."""
+    client = grpcclient.InferenceServerClient(target)
+    try:
+        metadata = client.get_model_metadata(model, as_json=True)
+    except server_error as exc:
+        raise EagleTrtError(f"cannot use the gRPC endpoint {target} for {model!r}: {exc}",
+                            "start it with `eagle-trt serve` and check --url and --model") from None
+    finally:
+        client.close()
+    return {i["name"]: i["datatype"] for i in metadata.get("inputs", [])}
 
 
 def _grpc_generate(url, model, body, on_chunk, timeout, cumulative=False) -> GenerationReply:
@@ -214,11 +232,15 @@ def _grpc_generate(url, model, body, on_chunk, timeout, cumulative=False) -> Gen
     except ImportError:
         raise missing_extra("tritonclient", "serving") from None
     target = urlsplit(url).netloc if "://" in url else url
+    declared = _declared_types(grpcclient, InferenceServerException, target, model)
     inputs = []
     for name, value in body.items():
         if name not in _NUMPY_TYPES:
             raise EagleTrtError(f"unknown request field {name!r}", f"use one of {sorted(_NUMPY_TYPES)}")
         triton_type, np_type = _NUMPY_TYPES[name]
+        if declared.get(name, triton_type) != triton_type:  # e.g. max_tokens: INT64 (ours), INT32 (llmapi bundles)
+            triton_type = declared[name]
+            np_type = _NUMPY_OF.get(triton_type, np_type)
         values = value if isinstance(value, list) else [value]
         if np_type is object:
             values = [v.encode("utf-8") if isinstance(v, str) else v for v in values]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.datasets import encode_prompt
 from eagle_trt.spec import PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
@@ -84,8 +83,10 @@ def generate_cmd(prompt, base_dir, draft_dir, url, model, chat, max_tokens, temp
 
     if (base_dir is None) == (url is None):
         raise click.UsageError("pass either --base (local runtime) or --url (a Triton server), not both")
-    if max_tokens <= 0:
-        raise EagleTrtError(f"--max-tokens must be positive, got {max_tokens}", "ask for at least 1 token")
+    from eagle_trt import request_rules as rules
+
+    rules.check_int("--max-tokens", max_tokens, 1, 2**31 - 1, "ask for at least 1 token")
+    SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)  # the shared range checks
     if url is not None:
         from eagle_trt.client.triton import print_remote_generation
 

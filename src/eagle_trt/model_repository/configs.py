@@ -19,26 +19,29 @@ from eagle_trt.errors import EagleTrtError, missing_extra
 # ---- the request interface of eagle_model / base_model (the tensorrtllm ensemble's names) ------------------------
 # (name, data_type, dims, optional)
 ENSEMBLE_INPUTS = (
-    ("text_input", "TYPE_STRING", [1], False),
-    ("max_tokens", "TYPE_INT32", [1], False),
+    ("text_input", "TYPE_STRING", [1], True),  # text_input or messages (preprocessing says which is missing)
+    ("max_tokens", "TYPE_INT64", [1], False),  # 64-bit so that 2^32+4 reaches our range check, not a wrap to 4
     ("stream", "TYPE_BOOL", [1], True),
     ("temperature", "TYPE_FP32", [1], True),
     ("top_k", "TYPE_INT32", [1], True),
     ("top_p", "TYPE_FP32", [1], True),
     ("seed", "TYPE_UINT64", [1], True),
     ("stop_words", "TYPE_STRING", [-1], True),
-    ("end_id", "TYPE_INT32", [1], True),
-    ("pad_id", "TYPE_INT32", [1], True),
+    ("end_id", "TYPE_INT64", [1], True),
+    ("pad_id", "TYPE_INT64", [1], True),
     ("return_perf_metrics", "TYPE_BOOL", [1], True),
     ("exclude_input_in_output", "TYPE_BOOL", [1], True),
     ("chat_template", "TYPE_BOOL", [1], True),  # ours: apply the base's chat template (default from the bundle)
+    ("messages", "TYPE_STRING", [1], True),  # ours: a JSON list of {role, content} under the chat template
 )
 ACCEPTANCE_OUTPUTS = (
     ("acceptance_rate", "TYPE_FP32", [1]),
     ("total_accepted_draft_tokens", "TYPE_INT32", [1]),
     ("total_draft_tokens", "TYPE_INT32", [1]),
 )
-ENSEMBLE_OUTPUTS = (("text_output", "TYPE_STRING", [-1]),) + ACCEPTANCE_OUTPUTS
+# ours: the number of generated tokens in this response (what OpenAI's usage.completion_tokens adds up)
+OUTPUT_TOKEN_COUNT = ("output_token_count", "TYPE_INT32", [1])
+ENSEMBLE_OUTPUTS = (("text_output", "TYPE_STRING", [-1]),) + ACCEPTANCE_OUTPUTS + (OUTPUT_TOKEN_COUNT,)
 
 # ---- the tensorrt_llm model's tensor contract, spoken by every engine model ---------------------------------------
 ENGINE_INPUTS = (
@@ -66,11 +69,12 @@ STREAM_KEY_INPUT = ("stream_key", "TYPE_UINT64", [1], True)
 STREAM_KEY_OUTPUTS = (("stream_key", "TYPE_UINT64", [1]), ("finished", "TYPE_BOOL", [1]))
 
 PREPROCESSING_INPUTS = (
-    ("QUERY", "TYPE_STRING", [1], False),
-    ("REQUEST_OUTPUT_LEN", "TYPE_INT32", [1], False),
+    ("QUERY", "TYPE_STRING", [1], True),
+    ("MESSAGES", "TYPE_STRING", [1], True),
+    ("REQUEST_OUTPUT_LEN", "TYPE_INT64", [1], False),
     ("STOP_WORDS_DICT", "TYPE_STRING", [-1], True),
-    ("END_ID", "TYPE_INT32", [1], True),
-    ("PAD_ID", "TYPE_INT32", [1], True),
+    ("END_ID", "TYPE_INT64", [1], True),
+    ("PAD_ID", "TYPE_INT64", [1], True),
     ("CHAT_TEMPLATE", "TYPE_BOOL", [1], True),
     ("TEMPERATURE", "TYPE_FP32", [1], True),
     ("TOP_K", "TYPE_INT32", [1], True),
@@ -91,7 +95,7 @@ POSTPROCESSING_INPUTS = (
     ("STREAM_KEY", "TYPE_UINT64", [1], True),
     ("FINISHED", "TYPE_BOOL", [1], True),
 )
-POSTPROCESSING_OUTPUTS = (("OUTPUT", "TYPE_STRING", [-1]),)
+POSTPROCESSING_OUTPUTS = (("OUTPUT", "TYPE_STRING", [-1]), ("OUTPUT_TOKEN_COUNT", "TYPE_INT32", [1]))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -155,12 +155,13 @@ def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool,
         engine_out.update({"stream_key": "_ENGINE_STREAM_KEY", "finished": "_FINISHED"})
         post_in.update({"STREAM_KEY": "_ENGINE_STREAM_KEY", "FINISHED": "_FINISHED"})
     steps = [
-        C.step("preprocessing", {"QUERY": "text_input", "REQUEST_OUTPUT_LEN": "max_tokens",
+        C.step("preprocessing", {"QUERY": "text_input", "MESSAGES": "messages", "REQUEST_OUTPUT_LEN": "max_tokens",
                                  "STOP_WORDS_DICT": "stop_words", "END_ID": "end_id", "PAD_ID": "pad_id",
                                  "CHAT_TEMPLATE": "chat_template", "TEMPERATURE": "temperature",
                                  "TOP_K": "top_k", "TOP_P": "top_p"}, pre_out),
         C.step(engine_name, engine_in, engine_out),
-        C.step("postprocessing", post_in, {"OUTPUT": "text_output"}),
+        C.step("postprocessing", post_in, {"OUTPUT": "text_output",
+                                           "OUTPUT_TOKEN_COUNT": C.OUTPUT_TOKEN_COUNT[0]}),
     ]
     return C.ensemble(name, spec.max_batch_size, C.inputs(ens_inputs), C.outputs(ens_outputs), steps)
 
@@ -279,10 +280,13 @@ LLMAPI_FROM_ENSEMBLE = {
 def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
     """The tensorrtllm request names mapped onto the LLM-API model's inputs; text and acceptance outputs back."""
     used = set(LLMAPI_FROM_ENSEMBLE.values())
-    ins = [C.tensor(n, t, d, o) for n, t, d, o in C.ENSEMBLE_INPUTS if n in used]
+    theirs = {ours: name for name, ours in LLMAPI_FROM_ENSEMBLE.items()}
+    llmapi = {n: (t, o) for n, t, _, o in LLMAPI_INPUTS}
+    ins = [C.tensor(n, llmapi[theirs[n]][0], d, o and llmapi[theirs[n]][1])  # its types: max_tokens is INT32
+           for n, _, d, o in C.ENSEMBLE_INPUTS if n in used]
     outputs = {"text_output": "text_output"} | {out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS}
     steps = [C.step(engine_name, LLMAPI_FROM_ENSEMBLE, outputs)]
-    return C.ensemble(name, 0, ins, C.outputs(C.ENSEMBLE_OUTPUTS), steps)
+    return C.ensemble(name, 0, ins, C.outputs(t for t in C.ENSEMBLE_OUTPUTS if t != C.OUTPUT_TOKEN_COUNT), steps)
 
 
 def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import torch
 
-from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.drafting import DraftTree
 
 
@@ -26,13 +25,14 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
 
-    def __post_init__(self):
-        if not self.temperature >= 0:
-            raise EagleTrtError(f"temperature must be >= 0, got {self.temperature}", "use 0 for greedy decoding")
-        if self.top_k < 0:
-            raise EagleTrtError(f"top_k must be >= 0, got {self.top_k}", "use 0 to disable top-k")
-        if not 0.0 < self.top_p <= 1.0:
-            raise EagleTrtError(f"top_p must be in (0, 1], got {self.top_p}", "use 1.0 to disable top-p")
+    def __post_init__(self):  # the ranges every front end checks (eagle_trt.request_rules)
+        from eagle_trt import request_rules as rules
+
+        rules.check_temperature("temperature", self.temperature)
+        rules.check_int("top_k", self.top_k, 0, 2**31 - 1, "send 0 (off) or a positive count")
+        rules.check_top_p("top_p", self.top_p)
+        if self.seed is not None:
+            rules.check_seed("seed", self.seed)
 
     @property
     def greedy(self) -> bool:

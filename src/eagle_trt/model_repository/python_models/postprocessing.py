@@ -6,7 +6,8 @@ FINISHED (last response of the request). With a key, the model keeps the request
 newly completed text: a chunk that would end inside a multi-byte character (the decoder yields U+FFFD) is held
 back until the next tokens complete it, so every streamed chunk is valid UTF-8 and the chunks join to the full
 text (the prefix-window method of vLLM's detokenize_incrementally). Without a key (the tensorrtllm engine) each
-response's tokens are decoded on their own. Copied as model_repository/postprocessing/1/model.py.
+response's tokens are decoded on their own. OUTPUT_TOKEN_COUNT says how many token ids a response carried (the
+ensemble's output_token_count; OpenAI's usage adds them up). Copied as model_repository/postprocessing/1/model.py.
 """
 
 import json
@@ -102,9 +103,10 @@ class TritonPythonModel:
                 responses.append(self._cancel(request))
                 continue
             try:
-                text = self._text(request)
+                text, count = self._text(request)
                 out = pb_utils.Tensor("OUTPUT", np.array([[text.encode("utf-8")]], dtype=object))  # [1, 1]
-                responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+                tokens = pb_utils.Tensor("OUTPUT_TOKEN_COUNT", np.array([[count]], dtype=np.int32))  # [1, 1]
+                responses.append(pb_utils.InferenceResponse(output_tensors=[out, tokens]))
             except Exception as exc:  # noqa: BLE001 - must answer every request
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"postprocessing failed: {type(exc).__name__}: {exc}")))
@@ -135,7 +137,8 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled by the client",
                                                                      pb_utils.TritonError.CANCELLED))
 
-    def _text(self, request) -> str:
+    def _text(self, request) -> tuple[str, int]:
+        """(text of this response, number of token ids it carries)."""
         tokens = pb_utils.get_input_tensor_by_name(request, "TOKENS_BATCH").as_numpy()  # [1, beam, tokens]
         lengths = pb_utils.get_input_tensor_by_name(request, "SEQUENCE_LENGTH").as_numpy()  # [1, beam]
         while tokens.ndim > 1:  # first request of the batch, first beam
@@ -144,7 +147,7 @@ class TritonPythonModel:
         new_ids = [int(t) for t in tokens[:length] if t >= 0]
         key_tensor = pb_utils.get_input_tensor_by_name(request, "STREAM_KEY")
         if key_tensor is None:
-            return self.detok.decode(new_ids)
+            return self.detok.decode(new_ids), len(new_ids)
         finished_tensor = pb_utils.get_input_tensor_by_name(request, "FINISHED")
         finished = bool(finished_tensor.as_numpy().reshape(-1)[0]) if finished_tensor is not None else True
-        return self.detok.step(int(key_tensor.as_numpy().reshape(-1)[0]), new_ids, finished)
+        return self.detok.step(int(key_tensor.as_numpy().reshape(-1)[0]), new_ids, finished), len(new_ids)

@@ -2,9 +2,14 @@
 
 Inputs/outputs follow tensorrtllm_backend's preprocessing (QUERY, REQUEST_OUTPUT_LEN, STOP_WORDS_DICT, END_ID,
 PAD_ID -> INPUT_ID, REQUEST_INPUT_LEN, REQUEST_OUTPUT_LEN, STOP_WORDS_IDS, OUT_END_ID, OUT_PAD_ID) plus ours:
-CHAT_TEMPLATE (per-request switch; the bundle default is the `chat_template` parameter), TEMPERATURE/TOP_K/TOP_P
-(only validated here; the engine reads them from the request) and STREAM_KEY (a random id that the python engine
-passes through to postprocessing for incremental detokenization).
+CHAT_TEMPLATE (per-request switch; the bundle default is the `chat_template` parameter), MESSAGES (a JSON list of
+{role, content}: a whole conversation under the chat template, instead of QUERY), TEMPERATURE/TOP_K/TOP_P (only
+validated here; the engine reads them from the request) and STREAM_KEY (a random id that the python engine passes
+through to postprocessing for incremental detokenization).
+
+Every check is eagle_trt.request_rules' (shared with the OpenAI route): a bad request is answered with
+INVALID_ARG (HTTP 400) naming the field, the value and what to do. Sizes are checked before tokenizing (the prompt's
+bytes against max_input_len x the longest token), and message contents cannot forge control tokens.
 
 STOP_WORDS_IDS uses TensorRT-LLM's layout, [2, L] int32: row 0 the concatenated token ids of every stop sequence,
 row 1 the end offset of each sequence, both padded with -1. The chat model's end-of-turn tokens (the spec's eos ids
@@ -18,13 +23,13 @@ import random
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from eagle_trt import request_rules as rules
+from eagle_trt.errors import EagleTrtError
+
 KNOWN_INPUTS = {"text_input", "max_tokens", "stream", "temperature", "top_k", "top_p", "seed", "stop_words",
-                "end_id", "pad_id", "return_perf_metrics", "exclude_input_in_output", "chat_template"}
+                "end_id", "pad_id", "return_perf_metrics", "exclude_input_in_output", "chat_template",
+                "messages"}
 END_OF_TURN_CANDIDATES = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "</s>")
-
-
-class RequestError(ValueError):
-    """A bad request: the message goes back to the client."""
 
 
 def scalar(request, name, default=None):
@@ -33,22 +38,13 @@ def scalar(request, name, default=None):
         return default
     values = tensor.as_numpy().reshape(-1)
     if values.size != 1:
-        raise RequestError(f"'{name}' must hold one value, got {values.size}")
+        raise rules.bad_request(name, f"'{name}' must hold one value, got {values.size}", "send a single value")
     return values[0]
 
 
 def strings(request, name) -> list:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return [] if tensor is None else list(tensor.as_numpy().reshape(-1))
-
-
-def as_text(value, name) -> str:
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RequestError(f"'{name}' is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-    return str(value)
 
 
 def pack_stop_words(sequences) -> np.ndarray:
@@ -89,6 +85,10 @@ class TritonPythonModel:
         self.add_special_tokens = param.get("add_special_tokens", "true") == "true"
         self.max_input_len = int(param["max_input_len"])
         self.max_seq_len = int(param["max_seq_len"])
+        self.vocab_size = len(self.tokenizer)
+        self.specials = rules.special_strings(self.tokenizer)
+        self.byte_cap = rules.prompt_byte_cap(self.max_input_len, rules.longest_token_bytes(self.tokenizer))
+        self.messages_byte_cap = 2 * self.byte_cap + 64 * 1024  # the JSON around the contents, escapes included
         end_ids = [int(x) for x in param.get("end_ids", "").split(",") if x.strip()]
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in end_ids:
             end_ids.append(self.tokenizer.eos_token_id)
@@ -112,47 +112,46 @@ class TritonPythonModel:
         for request in requests:
             try:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self._process(request)))
-            except RequestError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"bad request: {exc}")))
-            except Exception as exc:  # noqa: BLE001 - any failure must become an error response, not a crash
+            except EagleTrtError as exc:  # a bad request: 400 naming the field, the value and what to do
+                message = f"bad request: {exc.message}; {exc.hint}" if exc.hint else f"bad request: {exc.message}"
                 responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"preprocessing failed: {type(exc).__name__}: {exc}")))
+                    error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)))
+            except Exception as exc:  # noqa: BLE001 - any failure must become an error response, not a crash
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"preprocessing failed: {type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL)))
         return responses
 
     def _check_parameters(self, request) -> None:
         raw = request.parameters() if hasattr(request, "parameters") else "{}"
         unknown = sorted(set(json.loads(raw or "{}")) - KNOWN_INPUTS)
         if unknown:
-            raise RequestError(f"unknown parameter(s) {unknown}; the inputs are {sorted(KNOWN_INPUTS)}")
+            raise rules.bad_request(unknown[0], f"unknown parameter(s) {unknown}",
+                                    f"send only the inputs {sorted(KNOWN_INPUTS)}")
 
     def _process(self, request):
         self._check_parameters(request)
-        prompt = as_text(scalar(request, "QUERY"), "text_input")
-        if not prompt.strip():
-            raise RequestError("'text_input' is empty; send a non-empty prompt")
-        max_tokens = int(scalar(request, "REQUEST_OUTPUT_LEN"))
+        prompt, messages = self._prompt(request)
+        use_chat = messages is not None or (bool(scalar(request, "CHAT_TEMPLATE", self.chat_default))
+                                            and self.has_chat_template)
+        if messages is not None and not self.has_chat_template:
+            raise rules.bad_request("messages", "'messages' needs a chat template, and this base has none",
+                                    "send the prompt as 'text_input'")
+        stop_words = rules.check_stop_words("stop_words", strings(request, "STOP_WORDS_DICT"))
         self._check_sampling(request)
-        use_chat = bool(scalar(request, "CHAT_TEMPLATE", self.chat_default))
-        if use_chat and self.has_chat_template:
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                      add_generation_prompt=True)
-            input_ids = self.tokenizer.encode(text, add_special_tokens=False)
+        end_id = rules.check_token_id("end_id", scalar(request, "END_ID", self.end_id), self.vocab_size)
+        pad_id = rules.check_token_id("pad_id", scalar(request, "PAD_ID", self.pad_id), self.vocab_size)
+        if use_chat:
+            messages = messages or [{"role": "user", "content": prompt}]
+            input_ids = rules.encode_chat(self.tokenizer, messages, specials=self.specials)
         else:
             input_ids = self.tokenizer.encode(prompt, add_special_tokens=self.add_special_tokens)
-        if len(input_ids) > self.max_input_len:
-            raise RequestError(f"the prompt has {len(input_ids)} tokens, more than max_input_len "
-                               f"{self.max_input_len}; shorten it")
-        limit = self.max_seq_len - len(input_ids)
-        if max_tokens < 1 or max_tokens > limit:
-            raise RequestError(f"'max_tokens' must be between 1 and {limit} (max_seq_len {self.max_seq_len} minus "
-                               f"{len(input_ids)} prompt tokens), got {max_tokens}")
-        end_id = int(scalar(request, "END_ID", self.end_id))
-        pad_id = int(scalar(request, "PAD_ID", self.pad_id))
+        rules.check_prompt_tokens("messages" if prompt is None else "text_input", len(input_ids),
+                                  self.max_input_len)
+        max_tokens = rules.check_max_tokens("max_tokens", scalar(request, "REQUEST_OUTPUT_LEN"), len(input_ids),
+                                            self.max_seq_len)
         stop_ids = list(self.stop_ids)
-        for word in strings(request, "STOP_WORDS_DICT"):
-            word = as_text(word, "stop_words")
-            if word:
-                stop_ids.append(self.tokenizer.encode(word, add_special_tokens=False))
+        for word in stop_words:
+            stop_ids.append(self.tokenizer.encode(word, add_special_tokens=False))
         return [
             pb_utils.Tensor("INPUT_ID", np.array([input_ids], dtype=np.int32)),  # [1, input_len]
             pb_utils.Tensor("REQUEST_INPUT_LEN", np.array([[len(input_ids)]], dtype=np.int32)),
@@ -163,13 +162,29 @@ class TritonPythonModel:
             pb_utils.Tensor("STREAM_KEY", np.array([[random.getrandbits(63)]], dtype=np.uint64)),
         ]
 
+    def _prompt(self, request):
+        """(text_input or None, messages or None), exactly one given; sizes checked before any tokenizing."""
+        query, raw_messages = scalar(request, "QUERY"), scalar(request, "MESSAGES")
+        if (query is None) == (raw_messages is None):
+            raise rules.bad_request("text_input", "send exactly one of 'text_input' and 'messages'",
+                                    "'text_input': a prompt string; 'messages': a JSON list of {role, content}")
+        if query is not None:
+            size = len(query) if isinstance(query, bytes) else len(str(query).encode("utf-8"))
+            rules.check_prompt_bytes("text_input", size, self.byte_cap, self.max_input_len)
+            return rules.check_text("text_input", query), None
+        size = len(raw_messages) if isinstance(raw_messages, bytes) else len(str(raw_messages).encode("utf-8"))
+        rules.check_prompt_bytes("messages", size, self.messages_byte_cap, self.max_input_len)
+        messages = rules.check_messages("messages", rules.check_text("messages", raw_messages))
+        rules.check_prompt_bytes("messages", rules.content_bytes(messages), self.byte_cap, self.max_input_len)
+        if not any(m["content"].strip() for m in messages):
+            raise rules.bad_request("messages", "every message in 'messages' is empty", "send a non-empty message")
+        return None, messages
+
     def _check_sampling(self, request) -> None:
-        temperature = scalar(request, "TEMPERATURE")
-        if temperature is not None and not float(temperature) >= 0.0:
-            raise RequestError(f"'temperature' must be >= 0 (0 = greedy), got {float(temperature)}")
+        for name, check in (("TEMPERATURE", rules.check_temperature), ("TOP_P", rules.check_top_p)):
+            value = scalar(request, name)
+            if value is not None:
+                check(name.lower(), value)
         top_k = scalar(request, "TOP_K")
-        if top_k is not None and int(top_k) < 0:
-            raise RequestError(f"'top_k' must be >= 0 (0 = off), got {int(top_k)}")
-        top_p = scalar(request, "TOP_P")
-        if top_p is not None and not 0.0 < float(top_p) <= 1.0:
-            raise RequestError(f"'top_p' must be in (0, 1], got {float(top_p)}")
+        if top_k is not None:
+            rules.check_top_k("top_k", top_k, self.vocab_size)
