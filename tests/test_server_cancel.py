@@ -73,8 +73,8 @@ def test_grpc_cancel_of_eagle_model_stops_the_engine(server):
     results: queue.Queue = queue.Queue()
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     client.async_stream_infer("eagle_model", [
-        tensor("text_input", b"Hello", "BYTES", object), tensor("max_tokens", 400, "INT32", np.int32),
-        tensor("stream", True, "BOOL", bool), tensor("end_id", 1, "INT32", np.int32)])
+        tensor("text_input", b"Hello", "BYTES", object), tensor("max_tokens", 400, "INT64", np.int64),
+        tensor("stream", True, "BOOL", bool), tensor("end_id", 1, "INT64", np.int64)])
     result, error = results.get(timeout=60)
     assert error is None and result.as_numpy("text_output") is not None
     client.stop_stream(cancel_requests=True)
