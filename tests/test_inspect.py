@@ -13,7 +13,7 @@ BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
               "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
-              "capture_layers"}
+              "capture_layers", "max_position_embeddings"}
 
 
 def run(*args):

@@ -17,20 +17,16 @@ import pytest
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions, configs as C, write_model_repository
-from eagle_trt.tree import Tree
+from eagle_trt.spec import ENGINES as ENGINE_KINDS
+
+from builders import fixed_build_spec
 
 GOLDEN = Path(__file__).parent / "golden"
-ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
 
 
 def fixed_spec(engine: str, backend_version: str = "1.2"):
-    """A spec with fixed paths, so the golden files do not depend on the machine."""
-    return SimpleNamespace(
-        engine=engine, backend_version=backend_version, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
-        base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
-        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree="dynamic:5,8,48", draft_vocab=None, device="cpu",
-        dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
-    )
+    """A real BuildSpec with fixed paths, so the golden files do not depend on the machine."""
+    return fixed_build_spec(engine, backend_version=backend_version)
 
 
 def write_repo(engine: str, tmp_path: Path) -> Path:

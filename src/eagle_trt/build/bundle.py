@@ -5,7 +5,7 @@ OUT/
   eagle_trt_spec.json   the BuildSpec every later step reads
   checkpoint/ engines/  (trtllm) TRT-LLM EAGLE checkpoint and engines, by eagle_trt.build.trtllm
   model_repository/     eagle_model, base_model, preprocessing, postprocessing, eagle_engine, base_engine
-  perf/                 datasets and scripts, by eagle_trt.perf.harness_files (when installed)
+  perf/                 datasets and scripts, by eagle_trt.perf.harness_files
 ```
 The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
 half-written; an existing OUT is replaced only with `force`.
@@ -13,22 +13,21 @@ half-written; an existing OUT is replaced only with `force`.
 
 from __future__ import annotations
 
-import importlib
-import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_trt.build.llmapi import write_llmapi_config
+from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions, write_model_repository
-from eagle_trt.spec import DraftSpec
+from eagle_trt.perf.harness_files import write_perf_files
+from eagle_trt.spec import ENGINES, DraftSpec
 
-log = logging.getLogger(__name__)
-
-ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")
+ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 @dataclass(frozen=True)
@@ -89,32 +88,23 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
         if spec.engine == "trtllm":
             if skip_convert and out.exists():  # reuse OUT's checkpoint
                 shutil.copytree(out / "checkpoint", tmp / "checkpoint")
-            result = _call("eagle_trt.build.trtllm", "build_trtllm_engines", spec, tmp, dry_run=dry_run,
-                           skip_convert=skip_convert, skip_engines=skip_engines)
+            result = build_trtllm_engines(spec, tmp, dry_run=dry_run, skip_convert=skip_convert,
+                                          skip_engines=skip_engines)
             _write_engine_script(result.commands, tmp, out)
             _write_plugin_record(tmp)
         repo = tmp / "model_repository"
         write_model_repository(spec, repo, bundle_dir=out, options=serving)
         if spec.engine == "llmapi":
             for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
-                _call("eagle_trt.build.llmapi", "write_llmapi_config", spec,
-                      repo / engine_name / "1" / "model.yaml", speculative=speculative, decoupled=serving.decoupled)
-        _write_perf_files(spec, tmp)
+                write_llmapi_config(spec, repo / engine_name / "1" / "model.yaml", speculative=speculative,
+                                    decoupled=serving.decoupled)
+        write_perf_files(spec, tmp)
         spec.save(tmp / SPEC_FILE)
         _replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
-
-
-def _call(module: str, function: str, *args, **kwargs):
-    try:
-        target = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as exc:
-        raise EagleTrtError(f"{module}.{function} is not available: {exc}",
-                            "this eagle-trt install lacks that build step; use --engine pytorch") from None
-    return target(*args, **kwargs)
 
 
 def _write_engine_script(commands: dict[str, list[str]], tmp: Path, out: Path) -> None:
@@ -139,15 +129,6 @@ def _write_plugin_record(tmp: Path) -> None:
     (tmp / "plugins").mkdir(exist_ok=True)
     (tmp / "plugins" / "tree_attention.json").write_text(json.dumps(describe_plugin(), indent=2) + "\n",
                                                          encoding="utf-8")
-
-
-def _write_perf_files(spec: BuildSpec, out_dir: Path) -> None:
-    try:
-        from eagle_trt.perf.harness_files import write_perf_files
-    except ImportError:
-        log.warning("perf harness files not written: eagle_trt.perf.harness_files is not available")
-        return
-    write_perf_files(spec, out_dir)
 
 
 def _replace(tmp: Path, out: Path) -> None:

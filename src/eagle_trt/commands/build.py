@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
-from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 
 
 @click.command("build")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL
+
 
 @click.group("perf")
 def perf_group():
@@ -59,7 +61,7 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
     from eagle_trt.perf.compare import load_run
     from eagle_trt.perf.report import build_report, summary_table, write_report
 
-    eagle, base = load_run(eagle_run, "eagle_model"), load_run(base_run, "base_model")
+    eagle, base = load_run(eagle_run, EAGLE_MODEL), load_run(base_run, BASE_MODEL)
     report = build_report(eagle, base, settings={"eagle_run": str(eagle_run), "base_run": str(base_run)})
     write_report(report, out_dir, eagle, base)
     click.echo(json.dumps(report, indent=2, default=str) if as_json else summary_table(report))

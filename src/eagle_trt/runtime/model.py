@@ -16,6 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.spec import ModelSpec, rope_scaling_kind, rope_scaling_problem
+
 
 @dataclass(frozen=True)
 class LlamaArgs:
@@ -32,7 +35,7 @@ class LlamaArgs:
     tie_word_embeddings: bool = False
 
     @classmethod
-    def from_spec(cls, spec) -> LlamaArgs:
+    def from_spec(cls, spec: ModelSpec) -> LlamaArgs:
         return cls(spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads,
                    spec.head_dim, spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta,
                    spec.rope_scaling, spec.tie_word_embeddings)
@@ -49,7 +52,10 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     if not scaling:
         return inv
-    kind = scaling.get("rope_type", scaling.get("type"))
+    problem = rope_scaling_problem(scaling)
+    if problem:
+        raise EagleTrtError(f"cannot build RoPE: {problem}", "use a base with default, linear or llama3 RoPE scaling")
+    kind = rope_scaling_kind(scaling)
     if kind == "linear":
         return inv / float(scaling["factor"])
     if kind == "llama3":
@@ -60,9 +66,7 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch
         scaled = torch.where(wavelen > old_ctx / low, inv / factor, inv)
         mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
         return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
-    if kind in (None, "default"):
-        return inv
-    raise ValueError(f"unsupported rope_scaling type {kind!r}")
+    return inv  # None or "default"
 
 
 class RMSNorm(nn.Module):
