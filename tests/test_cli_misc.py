@@ -32,13 +32,13 @@ def test_generate_stream_and_errors(tiny_base, eagle1_draft):
                                     "--max-tokens", "8", "--stream", "--no-chat"])
     assert res.exit_code == 0, res.output
     bad = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--max-tokens", "0"])
-    assert bad.exit_code == 1 and "--max-tokens must be positive" in bad.output
+    assert bad.exit_code == 2 and "Invalid value for '--max-tokens': 0 is not in the range x>=1" in bad.output
     both = CliRunner().invoke(main, ["generate", "Hi"])
     assert both.exit_code == 2
     tree = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--tree", "nonsense"])
     assert tree.exit_code == 1 and "invalid tree spec" in tree.output
     temp = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--temperature", "-1"])
-    assert temp.exit_code == 1 and "temperature must be >= 0" in temp.output
+    assert temp.exit_code == 2 and "Invalid value for '--temperature': -1.0 is not in the range x>=0.0" in temp.output
 
 
 def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):

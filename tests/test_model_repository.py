@@ -177,8 +177,12 @@ def python_models():
     fake = types.ModuleType("triton_python_backend_utils")
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
+    import eagle_trt.model_repository.python_models as sources
+
+    sys.path.insert(0, str(Path(sources.__file__).parent))  # the stub's sys.path: model_params.py beside model.py
     from eagle_trt.model_repository.python_models import engine, postprocessing, preprocessing
     yield SimpleNamespace(engine=engine, pre=preprocessing, post=postprocessing)
+    sys.path.remove(str(Path(sources.__file__).parent))
     if saved is None:
         del sys.modules["triton_python_backend_utils"]
 

@@ -111,10 +111,10 @@ def test_bad_arguments(tiny_base, tmp_path):
     assert res.exit_code == 1 and "does not exist" in res.output
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--epochs", "0"])
-    assert res.exit_code == 1 and "--epochs must be >= 1" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--epochs': 0 is not in the range x>=1" in res.output
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--gen-batch-size", "0"])
-    assert res.exit_code == 1 and "--gen-batch-size must be >= 1, got 0" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--gen-batch-size': 0 is not in the range x>=1" in res.output
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(tiny_base, tmp_path):

@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
 
 from eagle_trt.plugins.tree_attention import tree_attention  # noqa: E402
 from eagle_trt.plugins.tree_attention_ref import gather_paged, tree_attention_ref  # noqa: E402
-from eagle_trt.tree import Tree, pack_mask  # noqa: E402
+from eagle_trt.tree import Tree, ancestor_mask, pack_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BOUND = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 5e-3}
@@ -26,12 +26,7 @@ SIX_NODE = Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0]])  # root + 5 nod
 def random_tree(rng: np.random.Generator, n: int) -> np.ndarray:
     """Packed mask of a random dynamic tree with n tokens (root first, parents before children)."""
     parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
-    mask = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        mask[i, i] = True
-        if i:
-            mask[i] |= mask[parents[i]]
-    return pack_mask(mask)
+    return pack_mask(ancestor_mask(parents))
 
 
 def make_batch(masks, prefixes, hq, hkv, d, dtype, seed=0):
@@ -170,14 +165,6 @@ def test_trt_plugin_is_described_and_needs_tensorrt():
     except ImportError:
         with pytest.raises(EagleTrtError, match="Python plugin API"):
             trt_plugin.register()
-
-
-def test_runtime_packs_masks_like_the_tree_module():
-    from eagle_trt.runtime.model import pack_mask_torch
-
-    for tree in (Tree.named("mc_sim_7b_63"), SIX_NODE, Tree.chain(40)):
-        mask = torch.from_numpy(tree.attention_mask())
-        assert torch.equal(pack_mask_torch(mask), torch.from_numpy(tree.packed_mask()))
 
 
 @pytest.mark.gpu

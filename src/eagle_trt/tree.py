@@ -161,14 +161,7 @@ class Tree:
 
     def attention_mask(self) -> np.ndarray:
         """[N+1, N+1] bool: row i may attend to column j iff j is an ancestor of i or i itself."""
-        n = self.num_nodes + 1
-        mask = np.zeros((n, n), dtype=bool)
-        parents = self.parents()
-        for i in range(n):
-            mask[i, i] = True
-            if i:
-                mask[i] |= mask[parents[i]]
-        return mask
+        return ancestor_mask(self.parents().tolist())
 
     def packed_mask(self) -> np.ndarray:
         """[N+1, ceil((N+1)/32)] int32: TRT-LLM spec_decoding_packed_mask rows (bit j LSB-first in word j//32)."""
@@ -206,20 +199,30 @@ class Tree:
         return ", ".join("{" + ", ".join(str(r) for r in c) + "}" for c in self.choices)
 
 
+def ancestor_mask(parents: list[int]) -> np.ndarray:
+    """[n, n] bool from parent indices (parents[0] = -1, parents before children): row i sees column j iff j is
+    an ancestor of i or i itself. The one ancestor-mask builder (static trees, dynamic trees, kernel tests)."""
+    n = len(parents)
+    mask = np.eye(n, dtype=bool)  # [n, n]
+    for i in range(1, n):
+        mask[i] |= mask[parents[i]]
+    return mask
+
+
 def pack_mask(mask: np.ndarray) -> np.ndarray:
-    """[rows, n] bool -> [rows, ceil(n/32)] int32, bit j of word j//32 set iff mask[:, j] (LSB first)."""
+    """[rows, n] bool -> [rows, ceil(n/32)] int32, bit j of word j//32 set iff mask[:, j] (LSB first): TRT-LLM's
+    packed mask layout, which the tree-attention kernel reads."""
     rows, n = mask.shape
     words = (n + 31) // 32
-    packed = np.zeros((rows, words), dtype=np.int64)
-    for j in range(n):
-        packed[:, j // 32] |= mask[:, j].astype(np.int64) << (j % 32)
-    return packed.astype(np.uint32).view(np.int32)
+    packed = np.zeros((rows, words * 4), dtype=np.uint8)  # [rows, 4 * words] bytes, little-endian words
+    packed[:, :(n + 7) // 8] = np.packbits(mask, axis=1, bitorder="little")
+    return packed.view("<u4").astype(np.uint32).view(np.int32)  # [rows, words]
 
 
 def unpack_mask(packed: np.ndarray, n: int) -> np.ndarray:
     """Inverse of pack_mask: [rows, words] int32 -> [rows, n] bool."""
-    bits = packed.view(np.uint32).astype(np.int64)
-    return np.stack([(bits[:, j // 32] >> (j % 32)) & 1 for j in range(n)], axis=1).astype(bool)
+    raw = np.ascontiguousarray(packed).astype("<u4").view(np.uint8)  # [rows, 4 * words]
+    return np.unpackbits(raw, axis=1, count=n, bitorder="little").astype(bool)
 
 
 def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:

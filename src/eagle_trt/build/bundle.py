@@ -14,7 +14,6 @@ half-written; an existing OUT is replaced only with `force`.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.fsutil import atomic_directory
 from eagle_trt.model_repository import ServingOptions, write_model_repository
 from eagle_trt.perf.harness_files import write_perf_files
 from eagle_trt.spec import ENGINES, DraftSpec
@@ -82,9 +82,7 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
         raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
     serving = serving or ServingOptions()
     serving.validate()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
-    try:
+    with atomic_directory(out, label="building") as tmp:
         if spec.engine == "trtllm":
             if skip_convert and out.exists():  # reuse OUT's checkpoint
                 shutil.copytree(out / "checkpoint", tmp / "checkpoint")
@@ -100,10 +98,6 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
                                     decoupled=serving.decoupled)
         write_perf_files(spec, tmp)
         spec.save(tmp / SPEC_FILE)
-        _replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 
@@ -130,18 +124,3 @@ def _write_plugin_record(tmp: Path) -> None:
     (tmp / "plugins" / "tree_attention.json").write_text(json.dumps(describe_plugin(), indent=2) + "\n",
                                                          encoding="utf-8")
 
-
-def _replace(tmp: Path, out: Path) -> None:
-    """Rename tmp to out; an existing out is moved aside first and removed only after the rename succeeded."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
-        out.rename(old)
-    try:
-        tmp.rename(out)
-    except OSError:
-        if old is not None:
-            old.rename(out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.datasets import encode_prompt
 from eagle_trt.spec import EAGLE_MODEL, PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
@@ -56,10 +55,10 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
 @click.option("--url", help="Remote mode: Triton server, e.g. http://127.0.0.1:8000 or grpc://127.0.0.1:8001.")
 @click.option("--model", default=EAGLE_MODEL, show_default=True, help="Remote mode: model to call.")
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the base's chat template.")
-@click.option("--max-tokens", type=int, default=128, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--top-k", type=int, default=0, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--tree", default="auto", show_default=True,
               help=f"Local mode: {TREE_ARG_HELP} | auto (tuned to this machine and draft, cached).")
@@ -84,8 +83,6 @@ def generate_cmd(prompt, base_dir, draft_dir, url, model, chat, max_tokens, temp
 
     if (base_dir is None) == (url is None):
         raise click.UsageError("pass either --base (local runtime) or --url (a Triton server), not both")
-    if max_tokens <= 0:
-        raise EagleTrtError(f"--max-tokens must be positive, got {max_tokens}", "ask for at least 1 token")
     if url is not None:
         from eagle_trt.client.triton import print_remote_generation
 

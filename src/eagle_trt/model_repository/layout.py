@@ -71,13 +71,16 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
     }
     files: dict[str, object] = {
         "preprocessing/1/model.py": python_model_source("preprocessing.py"),
+        "preprocessing/1/model_params.py": python_model_source("model_params.py"),
         "postprocessing/1/model.py": python_model_source("postprocessing.py"),
+        "postprocessing/1/model_params.py": python_model_source("model_params.py"),
     }
     for ensemble_name, engine_name in ENSEMBLES.items():
         speculative = ensemble_name == EAGLE_MODEL and spec.draft is not None
         if spec.engine == "pytorch":
             configs[engine_name] = python_engine_config(spec, options, engine_name, speculative)
             files[f"{engine_name}/1/model.py"] = python_model_source("engine.py")
+            files[f"{engine_name}/1/model_params.py"] = python_model_source("model_params.py")
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
         elif spec.engine == "trtllm":
             engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
@@ -96,7 +99,8 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
             raise EagleTrtError(f"unknown engine kind {spec.engine!r}", f"use one of {', '.join(ENGINES)}")
     if spec.engine == "llmapi":  # the LLM-API path has its own tokenizer inside the model
         del configs["preprocessing"], configs["postprocessing"]
-        del files["preprocessing/1/model.py"], files["postprocessing/1/model.py"]
+        for name in ("preprocessing", "postprocessing"):
+            del files[f"{name}/1/model.py"], files[f"{name}/1/model_params.py"]
     return configs, files
 
 

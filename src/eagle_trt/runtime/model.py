@@ -18,6 +18,7 @@ from torch import nn
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import ModelSpec, rope_scaling_kind, rope_scaling_problem
+from eagle_trt.tree import pack_mask
 
 
 @dataclass(frozen=True)
@@ -109,8 +110,7 @@ class PackedTreeMask:
     TRT-LLM packed bitmask [T, ceil(T/32)] int32, so the tree-attention kernel can run it."""
 
     start: int
-    packed: torch.Tensor
-    dense: torch.Tensor  # [T, start+T] bool, for the fallback
+    packed: torch.Tensor  # [T, ceil(T/32)] int32
 
 
 @dataclass(frozen=True)
@@ -136,18 +136,6 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         scores[..., -t:].masked_fill_(~mask[:, -t:], float("-inf"))  # the block's own columns
     probs = torch.softmax(scores, dim=-1).view(kv_heads, group * t, -1)
     return torch.matmul(probs, v.double()).view(heads, t, d).float()  # [heads, T, D]
-
-
-def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
-    """[T, T] bool -> [T, ceil(T/32)] int32 (bit j of word j//32, LSB first), on mask's device."""
-    t = mask.shape[1]
-    words = (t + 31) // 32
-    padded = torch.zeros(mask.shape[0], words * 32, dtype=torch.int64, device=mask.device)
-    padded[:, :t] = mask.to(torch.int64)
-    weights = torch.bitwise_left_shift(torch.ones(32, dtype=torch.int64, device=mask.device),
-                                       torch.arange(32, device=mask.device))
-    packed = (padded.view(mask.shape[0], words, 32) * weights).sum(-1)
-    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
@@ -291,7 +279,8 @@ class Llama(nn.Module):
         if self.batch_invariant:
             mask = ExactMask(mask)
         if tree_mask is not None and x.is_cuda and use_tree_kernel():
-            mask = PackedTreeMask(start, pack_mask_torch(tree_mask), mask)
+            packed = torch.from_numpy(pack_mask(tree_mask.cpu().numpy())).to(x.device)  # [T, ceil(T/32)] int32
+            mask = PackedTreeMask(start, packed)
         saved = {}
         for i, layer in enumerate(self.layers):
             if i in capture:

@@ -14,13 +14,12 @@ Triton; a cancelled request (client gone) stops at the next verify step.
 Copied as model_repository/{eagle_engine,base_engine}/1/model.py.
 """
 
-import json
-import os
 import queue
 import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
 
 
 def _scalar(request, name, default):
@@ -53,15 +52,10 @@ class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.runtime import EagleEngine
 
-        config = json.loads(args["model_config"])
-        param = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        for key in ("base_dir", "draft_dir"):
-            if param.get(key) and not os.path.isdir(param[key]):
-                raise pb_utils.TritonModelException(
-                    f"{key} {param[key]!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle "
-                    "was built from a model directory that has moved: rebuild it with `eagle-trt build`")
+        param = parameters(args)
         self.engine = EagleEngine.load(
-            param["base_dir"], draft_dir=param.get("draft_dir") or None, tree=param["tree"],
+            local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
+            tree=param["tree"],
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
