@@ -14,7 +14,11 @@ def test_help_lists_every_command_and_each_has_an_example():
         assert name in res.output
         sub = CliRunner().invoke(main, [name, "--help"])
         assert sub.exit_code == 0, (name, sub.output)
-        assert "Example" in sub.output or name == "perf", name
+        assert "Example" in sub.output, name
+        assert "\n    eagle-trt " + name in sub.output, name  # the example runs this very command
+    for sub in ("run", "compare"):
+        res = CliRunner().invoke(main, ["perf", sub, "--help"])
+        assert res.exit_code == 0 and "Example" in res.output and f"eagle-trt perf {sub} " in res.output, sub
 
 
 def test_generate_local_json_and_plain_identity(tiny_base, eagle1_draft):
@@ -28,9 +32,11 @@ def test_generate_local_json_and_plain_identity(tiny_base, eagle1_draft):
 
 
 def test_generate_stream_and_errors(tiny_base, eagle1_draft):
-    res = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "--draft", str(eagle1_draft), "Hi",
-                                    "--max-tokens", "8", "--stream", "--no-chat"])
+    args = ["generate", "--base", str(tiny_base), "--draft", str(eagle1_draft), "Hi", "--max-tokens", "8", "--no-chat"]
+    whole = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
+    res = CliRunner().invoke(main, args + ["--stream"])
     assert res.exit_code == 0, res.output
+    assert whole["text"] and res.stdout == whole["text"] + "\n"  # the streamed pieces add up to the whole text
     bad = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--max-tokens", "0"])
     assert bad.exit_code == 2 and "Invalid value for '--max-tokens': 0 is not in the range x>=1" in bad.output
     both = CliRunner().invoke(main, ["generate", "Hi"])

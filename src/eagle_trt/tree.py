@@ -1,4 +1,4 @@
-"""EAGLE draft trees: choices, validation, TRT-LLM brace syntax, masks, depths and retrieve paths.
+"""EAGLE draft trees: choices, validation, TRT-LLM brace syntax, masks and depths.
 
 A static tree is a list of *choices* (Medusa format): each choice is a path of child ranks from the root, e.g.
 ``[0]`` is the top-1 child of the root and ``[0, 1]`` the 2nd-ranked child of that node. The root (the last committed
@@ -12,10 +12,10 @@ Worked example, choices ``[[0], [1], [0, 0], [0, 1]]``::
     │   └── node 4  [0, 1]           depth 2
     └── node 2  [1]                  depth 1
 
-    attention_mask (row i sees column j)   packed_mask (bit j of row i)   retrieve_paths
-      0 1 2 3 4                              row 0: 0b00001 = 1             [0, 1, 3]
-    0 1 . . . .                              row 1: 0b00011 = 3             [0, 1, 4]
-    1 1 1 . . .                              row 2: 0b00101 = 5             [0, 2, -1]
+    attention_mask (row i sees column j)   pack_mask(attention_mask) (bit j of row i)
+      0 1 2 3 4                              row 0: 0b00001 = 1
+    0 1 . . . .                              row 1: 0b00011 = 3
+    1 1 1 . . .                              row 2: 0b00101 = 5
     2 1 . 1 . .                              row 3: 0b01011 = 11
     3 1 1 . 1 .                              row 4: 0b10011 = 19
     4 1 1 . . 1
@@ -111,20 +111,6 @@ class Tree:
                                 "write the choices as a JSON list, e.g. [[0], [1], [0, 0]]") from None
         return cls.from_choices(data, source=str(path))
 
-    @classmethod
-    def from_brace(cls, text: str) -> Tree:
-        """Parse TRT-LLM's brace syntax ``{0}, {0, 0}, {1}`` (what the tensorrtllm backend's eagle_choices takes)."""
-        body = text.strip()
-        if not body:
-            raise EagleTrtError("empty eagle_choices string", "write it like {0}, {0, 0}, {1}")
-        if body.startswith("{{") and body.endswith("}}"):
-            body = body[1:-1]
-        try:
-            data = json.loads("[" + body.replace("{", "[").replace("}", "]") + "]")
-        except json.JSONDecodeError:
-            raise EagleTrtError(f"cannot parse eagle_choices {text!r}", "write it like {0}, {0, 0}, {1}") from None
-        return cls.from_choices(data, source="eagle_choices")
-
     # ---- structure ----------------------------------------------------------------------------------------------
     @property
     def num_nodes(self) -> int:
@@ -163,25 +149,6 @@ class Tree:
         """[N+1, N+1] bool: row i may attend to column j iff j is an ancestor of i or i itself."""
         return ancestor_mask(self.parents().tolist())
 
-    def packed_mask(self) -> np.ndarray:
-        """[N+1, ceil((N+1)/32)] int32: TRT-LLM spec_decoding_packed_mask rows (bit j LSB-first in word j//32)."""
-        return pack_mask(self.attention_mask())
-
-    def leaves(self) -> list[int]:
-        has_child = set(self.parents()[1:].tolist())
-        return [i for i in range(1, self.num_nodes + 1) if i not in has_child]
-
-    def retrieve_paths(self) -> np.ndarray:
-        """[num_leaves, depth+1] int64: root-to-leaf node ids, padded with -1."""
-        parents = self.parents()
-        rows = []
-        for leaf in self.leaves():
-            path = [leaf]
-            while path[-1] != 0:
-                path.append(int(parents[path[-1]]))
-            rows.append(path[::-1] + [-1] * (self.depth + 1 - len(path)))
-        return np.array(rows, dtype=np.int64)
-
     def non_leaves_per_depth(self) -> list[int]:
         """Number of nodes with children at each depth 0..depth-1 (the root counts at depth 0)."""
         counts = [0] * self.depth
@@ -217,12 +184,6 @@ def pack_mask(mask: np.ndarray) -> np.ndarray:
     packed = np.zeros((rows, words * 4), dtype=np.uint8)  # [rows, 4 * words] bytes, little-endian words
     packed[:, :(n + 7) // 8] = np.packbits(mask, axis=1, bitorder="little")
     return packed.view("<u4").astype(np.uint32).view(np.int32)  # [rows, words]
-
-
-def unpack_mask(packed: np.ndarray, n: int) -> np.ndarray:
-    """Inverse of pack_mask: [rows, words] int32 -> [rows, n] bool."""
-    raw = np.ascontiguousarray(packed).astype("<u4").view(np.uint8)  # [rows, 4 * words]
-    return np.unpackbits(raw, axis=1, count=n, bitorder="little").astype(bool)
 
 
 def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:

@@ -33,19 +33,24 @@ from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the pytorch engine runs.")
 @click.option("--max-batch-size", type=click.IntRange(1, 512), default=8, show_default=True)
-@click.option("--max-input-len", type=click.IntRange(min=1), default=None, help="Longest prompt in tokens (default from the base).")
-@click.option("--max-seq-len", type=click.IntRange(min=1), default=None, help="Prompt + generated tokens (default from the base).")
-@click.option("--tp", "tp_size", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel size (trtllm).")
+@click.option("--max-input-len", type=click.IntRange(min=1),
+              default=None, help="Longest prompt in tokens (default from the base).")
+@click.option("--max-seq-len", type=click.IntRange(min=1),
+              default=None, help="Prompt + generated tokens (default from the base).")
+@click.option("--tp", "tp_size", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Tensor-parallel size (trtllm).")
 @click.option("--backend-version", default=DEFAULT_BACKEND_VERSION, show_default=True,
               help="trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR); it decides "
                    "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
                    "and the acceptance outputs exist (from 0.19). See README, Engines.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,
               help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
-@click.option("--engine-instances", type=click.IntRange(min=1), default=1, show_default=True, help="Engine model instances.")
+@click.option("--engine-instances", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Engine model instances.")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=0, show_default=True, help="tensorrtllm dynamic batching.")
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0),
+              default=0, show_default=True, help="tensorrtllm dynamic batching.")
 @click.option("--kv-cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9, show_default=True,
               help="Share of free GPU memory for the KV cache (trtllm).")
 @click.option("--enable-kv-cache-reuse", is_flag=True, help="Reuse KV cache across requests (trtllm).")

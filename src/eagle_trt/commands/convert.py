@@ -11,7 +11,8 @@ import click
 @click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF Llama base directory.")
 @click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="EAGLE-1/2 draft (omit with --base-only).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Checkpoint dir.")
-@click.option("--tp", "tp_size", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel ranks.")
+@click.option("--tp", "tp_size", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Tensor-parallel ranks.")
 @click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32", "auto"]), default="auto",
               show_default=True, help="auto: the base's torch_dtype, but an fp32 base becomes float16 (TensorRT-LLM's own "
                    "converter keeps float32; pass --dtype float32 for that).")

@@ -12,16 +12,24 @@ from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL
 
 @click.group("perf")
 def perf_group():
-    """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots."""
+    """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots.
+
+    \b
+    Example:
+      eagle-trt perf run out --requests 20 --max-tokens 128
+      eagle-trt perf compare artifacts/aiperf/eagle_model artifacts/aiperf/base_model -o report
+    """
 
 
 @perf_group.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
-@click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True, help="Prompts (the first N of the dataset).")
+@click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Prompts (the first N of the dataset).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Warm-up requests per model.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Warm-up requests per model.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json.")
 def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, out_dir, as_json):

@@ -35,16 +35,20 @@ def _progress(stage: str, total):
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
 @click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
 @click.option("--max-prompts", type=click.IntRange(min=1), default=512, show_default=True)
-@click.option("--gen-tokens", type=click.IntRange(min=1), default=160, show_default=True, help="Answer length per prompt.")
+@click.option("--gen-tokens", type=click.IntRange(min=1),
+              default=160, show_default=True, help="Answer length per prompt.")
 @click.option("--extra-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
 @click.option("--gen-batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy answers.")
+@click.option("--temperature", type=click.FloatRange(min=0.0),
+              default=0.0, show_default=True, help="0 = greedy answers.")
 @click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=1e-3, show_default=True)
-@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many steps (schedule still spans --epochs).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=2048, show_default=True, help="Draft rows (tokens) per step.")
+@click.option("--max-steps", type=click.IntRange(min=1),
+              default=None, help="Stop after this many steps (schedule still spans --epochs).")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              default=2048, show_default=True, help="Draft rows (tokens) per step.")
 @click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
 @click.option("--ttt-steps", type=click.IntRange(min=1), default=7, show_default=True,
