@@ -158,15 +158,20 @@ def _base_embed(base: Path) -> torch.Tensor:
     raise FileNotFoundError(f"no model.embed_tokens.weight under {base}")
 
 
+def _draft_dims(base: Path) -> tuple[dict, TinyDims]:
+    """The base's config.json and the one-layer dims of a draft for it."""
+    base_cfg = json.loads((base / "config.json").read_text())
+    return base_cfg, TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
+                              num_attention_heads=base_cfg["num_attention_heads"],
+                              num_key_value_heads=base_cfg["num_key_value_heads"],
+                              intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+
+
 def make_eagle1_draft(out: Path, base: Path, bias: bool = True, with_embed: bool = True, seed: int = 1,
                       fmt: str = "safetensors") -> Path:
     """An EAGLE-1/2 draft (SafeAILab cnets1 layout) for `base`: fc [H,2H] (+bias), one layer without input norm."""
     out.mkdir(parents=True, exist_ok=True)
-    base_cfg = json.loads((base / "config.json").read_text())
-    dims = TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
-                    num_attention_heads=base_cfg["num_attention_heads"],
-                    num_key_value_heads=base_cfg["num_key_value_heads"],
-                    intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+    base_cfg, dims = _draft_dims(base)
     gen = torch.Generator().manual_seed(seed)
     h = dims.hidden_size
     sd = {"fc.weight": _linear(gen, h, 2 * h)}
@@ -188,11 +193,7 @@ def make_eagle3_draft(out: Path, base: Path, draft_vocab_size: int = 200, seed: 
     """An EAGLE-3 draft (SafeAILab cnets layout): fc [H,3H], midlayer with 2H attention input, own norm + lm_head
     over a reduced vocabulary, d2t offsets and the t2d mask."""
     out.mkdir(parents=True, exist_ok=True)
-    base_cfg = json.loads((base / "config.json").read_text())
-    dims = TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
-                    num_attention_heads=base_cfg["num_attention_heads"],
-                    num_key_value_heads=base_cfg["num_key_value_heads"],
-                    intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+    base_cfg, dims = _draft_dims(base)
     gen = torch.Generator().manual_seed(seed)
     h, vocab = dims.hidden_size, base_cfg["vocab_size"]
     sd = {"fc.weight": _linear(gen, h, 3 * h)}

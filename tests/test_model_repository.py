@@ -272,7 +272,7 @@ def test_failed_build_leaves_nothing(tiny_base, eagle1_draft, tmp_path):
     out = tmp_path / "bundle"
     result = _build(["--base", tiny_base, "--draft", eagle1_draft, "-o", out, "--engine", "pytorch",
                      "--engine-instances", "0"])
-    assert result.exit_code == 1 and "engine-instances" in result.output
+    assert result.exit_code == 2 and "Invalid value for '--engine-instances': 0" in result.output
     assert list(tmp_path.iterdir()) == []
 
 

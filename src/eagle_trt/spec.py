@@ -18,7 +18,7 @@ Glossary (the words the whole code base uses, defined once):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from eagle_trt.checkpoints import find_weight_files, open_weights
@@ -124,19 +124,29 @@ def _tokenizer_info(path: Path) -> tuple[bool, bool, list[int]]:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """A Hugging Face Llama-family base checkpoint, described from config.json, tokenizer files and weight index."""
+class LayerDims:
+    """The shape of a Llama decoder layer and its vocabulary: what a base, a draft and the runtime's model carry."""
 
-    path: Path
-    architecture: str
-    model_type: str
-    num_hidden_layers: int
     hidden_size: int
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
     vocab_size: int
+
+    def dims(self) -> dict:
+        """Just these fields, as keyword arguments (for another LayerDims of the same shape)."""
+        return {f.name: getattr(self, f.name) for f in fields(LayerDims)}
+
+
+@dataclass(frozen=True)
+class ModelSpec(LayerDims):
+    """A Hugging Face Llama-family base checkpoint, described from config.json, tokenizer files and weight index."""
+
+    path: Path
+    architecture: str
+    model_type: str
+    num_hidden_layers: int
     rms_norm_eps: float
     rope_theta: float
     rope_scaling: dict | None
@@ -196,17 +206,11 @@ def _weight_names(path: Path) -> set[str]:
 
 
 @dataclass(frozen=True)
-class DraftSpec:
+class DraftSpec(LayerDims):
     """An EAGLE draft checkpoint (research/trtllm_eagle.md §A): format detected from its tensor names."""
 
     path: Path
     format: str  # "eagle1" (EAGLE-1/2) | "eagle3"
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
     draft_vocab_size: int | None
     target_hidden_size: int | None
     fc_in_features: int

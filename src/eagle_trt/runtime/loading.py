@@ -81,8 +81,7 @@ def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
 
 def draft_args(spec: DraftSpec) -> LlamaArgs:
     """The draft layer's shape: one decoder layer of the draft's dims, untied, without RoPE scaling."""
-    return LlamaArgs(1, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
-                     spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta, None, False)
+    return LlamaArgs(**spec.dims(), num_hidden_layers=1, rms_norm_eps=spec.rms_norm_eps, rope_theta=spec.rope_theta)
 
 
 def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> DraftHead:

@@ -17,19 +17,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.spec import ModelSpec, rope_scaling_kind, rope_scaling_problem
+from eagle_trt.spec import LayerDims, ModelSpec, rope_scaling_kind, rope_scaling_problem
 from eagle_trt.tree import pack_mask
 
 
 @dataclass(frozen=True)
-class LlamaArgs:
+class LlamaArgs(LayerDims):
+    """What the runtime's Llama (and a draft layer) is built from."""
+
     num_hidden_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None
@@ -37,9 +33,9 @@ class LlamaArgs:
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> LlamaArgs:
-        return cls(spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads,
-                   spec.head_dim, spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta,
-                   spec.rope_scaling, spec.tie_word_embeddings)
+        return cls(**spec.dims(), num_hidden_layers=spec.num_hidden_layers, rms_norm_eps=spec.rms_norm_eps,
+                   rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
+                   tie_word_embeddings=spec.tie_word_embeddings)
 
     @property
     def eagle3_layers(self) -> tuple[int, int, int]:
