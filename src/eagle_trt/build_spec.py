@@ -16,7 +16,7 @@ from pathlib import Path
 from eagle_trt import __version__
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
-from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, check_compatibility
+from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import (DEFAULT_RUNTIME_TREE, Tree, TreeConfig, parse_tree_arg, validate_for_llmapi,
                             validate_for_trtllm)
 
@@ -53,17 +53,21 @@ class BuildSpec:
 
     # ---- creation -----------------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, *, engine: str,
-               tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
-               tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
-               max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
-               num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
-               device: str = "cpu", chat_template: bool = True,
-               backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
-               tree_tuning: dict | None = None) -> BuildSpec:
-        """Read base + draft, fill defaults from the tree and the base, and validate everything (`validate`)."""
-        base = ModelSpec.from_dir(base_dir)
+    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, **options) -> BuildSpec:
+        """Read base + draft from their directories (once), then `from_specs`."""
         draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        return cls.from_specs(ModelSpec.from_dir(base_dir), draft, **options)
+
+    @classmethod
+    def from_specs(cls, base: ModelSpec, draft: DraftSpec | None, *, engine: str,
+                   tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
+                   tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
+                   max_seq_len: int | None = None, max_num_tokens: int | None = None,
+                   max_draft_len: int | None = None, num_eagle_layers: int | None = None,
+                   max_non_leaves_per_layer: int | None = None, device: str = "cpu", chat_template: bool = True,
+                   backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
+                   tree_tuning: dict | None = None) -> BuildSpec:
+        """Fill defaults from the tree and the base, and validate everything (`validate`)."""
         if engine not in ENGINES:
             raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
@@ -89,11 +93,7 @@ class BuildSpec:
     def validate(self) -> None:
         """The one validation path of a bundle: the base and draft fit together for this engine
         (`spec.check_compatibility`) and every option and cross-value rule holds. Raises one EagleTrtError."""
-        pair = check_compatibility(self.base, self.draft, self.engine)
-        if pair:
-            where = f"base {self.base.path}" + (f", draft {self.draft.path}" if self.draft is not None else "")
-            raise EagleTrtError(f"the base and draft do not fit together ({where}): "
-                                + "; ".join(p.message for p in pair), "; ".join(dict.fromkeys(p.hint for p in pair)))
+        require_compatible(self.base, self.draft, self.engine)
         problems: list[str] = []
         if self.engine not in ENGINES:
             problems.append(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")

@@ -336,6 +336,7 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
 
 
 def require_compatible(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> None:
+    """`check_compatibility` as one EagleTrtError listing every problem (BuildSpec.validate and the runtime)."""
     problems = check_compatibility(base, draft, engine)
     if problems:
         where = f" (base {base.path}, draft {draft.path})" if draft is not None else f" (base {base.path})"

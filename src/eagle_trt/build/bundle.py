@@ -25,7 +25,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
 from eagle_trt.model_repository import ServingOptions, write_model_repository
 from eagle_trt.perf.harness_files import write_perf_files
-from eagle_trt.spec import ENGINES, DraftSpec
+from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec
 
 ENGINE_CHOICES = ("auto", *ENGINES)
 
@@ -42,12 +42,12 @@ class BuildPlan:
         return {"out": str(self.out), "engine": self.spec.engine, "steps": self.steps, "spec": self.spec.to_dict()}
 
 
-def choose_engine(engine: str, draft_dir: Path | None, device: str, install: TrtllmInstall | None = None) -> str:
+def choose_engine(engine: str, draft: DraftSpec | None, device: str, install: TrtllmInstall | None = None) -> str:
     """The engine kind to build: `auto` is decided by the installed TensorRT-LLM (trtllm_env.auto_engine); an
     explicit `trtllm` is checked against it, so a TensorRT-LLM without the engine path stops here, before any
     heavy work."""
     install = install or TrtllmInstall.detect()
-    draft_format = DraftSpec.from_dir(draft_dir).format if draft_dir is not None else None
+    draft_format = draft.format if draft is not None else None
     if engine == "auto":
         return auto_engine(draft_format, device, install)
     require_engine(engine, draft_format, install)
@@ -57,10 +57,10 @@ def choose_engine(engine: str, draft_dir: Path | None, device: str, install: Trt
 def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Path, *, engine: str = "auto",
                skip_convert: bool = False, skip_engines: bool = False, **spec_options) -> BuildPlan:
     """Validate everything and describe the steps; touches nothing on disk."""
-    base_dir = Path(base_dir).resolve()
-    draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
-    device = spec_options.get("device", "cpu")
-    spec = BuildSpec.create(base_dir, draft_dir, engine=choose_engine(engine, draft_dir, device), **spec_options)
+    base = ModelSpec.from_dir(Path(base_dir).resolve())
+    draft = DraftSpec.from_dir(Path(draft_dir).resolve()) if draft_dir is not None else None
+    engine = choose_engine(engine, draft, spec_options.get("device", "cpu"))
+    spec = BuildSpec.from_specs(base, draft, engine=engine, **spec_options)
     steps = []
     if spec.engine == "trtllm":
         steps.append("convert checkpoint (skipped)" if skip_convert else "convert checkpoint -> checkpoint/")

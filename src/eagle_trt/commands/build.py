@@ -78,12 +78,13 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
     from eagle_trt.build.bundle import choose_engine
     from eagle_trt.model_repository import ServingOptions
     from eagle_trt.perf.calibrate import AUTO, tuned_tree
+    from eagle_trt.spec import DraftSpec
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
                     "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
                     "backend_version": backend_version, "draft_vocab": draft_vocab}
     auto = tree == AUTO or (tree is None and draft_dir is not None
-                            and choose_engine(engine, draft_dir, device) == "pytorch")
+                            and choose_engine(engine, DraftSpec.from_dir(draft_dir), device) == "pytorch")
     if auto and not dry_run:
         spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
                                        echo=lambda m: click.echo(m, err=True)))
