@@ -233,7 +233,7 @@ def auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
     return "float16" if engine == "trtllm" else "bfloat16"
 
 
-def _spec_to_dict(spec) -> dict:
+def _spec_to_dict(spec: ModelSpec | DraftSpec) -> dict:
     out = {}
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)
