@@ -94,9 +94,11 @@ def io_floor(paths: list[Path], out_bytes: int, scratch: Path) -> float:
 
 
 def convert_in_child(base: Path, draft: Path, out: Path, tp: int, nets: int) -> tuple[float, float]:
-    code = ("import resource, time, sys\nfrom eagle_trt.build.checkpoint import convert, ConvertOptions\n"
-            f"t = time.perf_counter(); convert({str(base)!r}, {str(draft)!r}, {str(out)!r}, "
-            f"ConvertOptions(tp_size={tp}, dtype='bfloat16', num_eagle_layers={nets}), force=True)\n"
+    code = ("import resource, time, sys\nfrom eagle_trt.build.checkpoint import convert\n"
+            "from eagle_trt.build_spec import BuildSpec\n"
+            f"spec = BuildSpec.create({str(base)!r}, {str(draft)!r}, engine='trtllm', tree='chain:{nets}', "
+            f"tp_size={tp}, dtype='bfloat16', num_eagle_layers={nets})\n"
+            f"t = time.perf_counter(); convert(spec, {str(out)!r}, force=True)\n"
             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     wall, rss_kb = res.stdout.split()

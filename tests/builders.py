@@ -158,15 +158,20 @@ def _base_embed(base: Path) -> torch.Tensor:
     raise FileNotFoundError(f"no model.embed_tokens.weight under {base}")
 
 
+def _draft_dims(base: Path) -> tuple[dict, TinyDims]:
+    """The base's config.json and the one-layer dims of a draft for it."""
+    base_cfg = json.loads((base / "config.json").read_text())
+    return base_cfg, TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
+                              num_attention_heads=base_cfg["num_attention_heads"],
+                              num_key_value_heads=base_cfg["num_key_value_heads"],
+                              intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+
+
 def make_eagle1_draft(out: Path, base: Path, bias: bool = True, with_embed: bool = True, seed: int = 1,
                       fmt: str = "safetensors") -> Path:
     """An EAGLE-1/2 draft (SafeAILab cnets1 layout) for `base`: fc [H,2H] (+bias), one layer without input norm."""
     out.mkdir(parents=True, exist_ok=True)
-    base_cfg = json.loads((base / "config.json").read_text())
-    dims = TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
-                    num_attention_heads=base_cfg["num_attention_heads"],
-                    num_key_value_heads=base_cfg["num_key_value_heads"],
-                    intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+    base_cfg, dims = _draft_dims(base)
     gen = torch.Generator().manual_seed(seed)
     h = dims.hidden_size
     sd = {"fc.weight": _linear(gen, h, 2 * h)}
@@ -188,11 +193,7 @@ def make_eagle3_draft(out: Path, base: Path, draft_vocab_size: int = 200, seed: 
     """An EAGLE-3 draft (SafeAILab cnets layout): fc [H,3H], midlayer with 2H attention input, own norm + lm_head
     over a reduced vocabulary, d2t offsets and the t2d mask."""
     out.mkdir(parents=True, exist_ok=True)
-    base_cfg = json.loads((base / "config.json").read_text())
-    dims = TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
-                    num_attention_heads=base_cfg["num_attention_heads"],
-                    num_key_value_heads=base_cfg["num_key_value_heads"],
-                    intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+    base_cfg, dims = _draft_dims(base)
     gen = torch.Generator().manual_seed(seed)
     h, vocab = dims.hidden_size, base_cfg["vocab_size"]
     sd = {"fc.weight": _linear(gen, h, 3 * h)}
@@ -210,3 +211,34 @@ def make_eagle3_draft(out: Path, base: Path, draft_vocab_size: int = 200, seed: 
     (out / "config.json").write_text(json.dumps(config, indent=2))
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
+
+
+def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Path = Path("/models/base"),
+                     draft_path: Path | None = Path("/models/draft"), **changes):
+    """A real BuildSpec with fixed paths and tiny dims, not read from disk, so golden files do not depend on the
+    machine (and a renamed BuildSpec field breaks the tests that use it)."""
+    import dataclasses
+
+    from eagle_trt.build_spec import BuildSpec
+    from eagle_trt.spec import DraftSpec, ModelSpec
+    from eagle_trt.tree import Tree
+
+    dims = TinyDims()
+    base = ModelSpec(path=base_path, architecture="LlamaForCausalLM", model_type="llama",
+                     num_hidden_layers=dims.num_hidden_layers, hidden_size=dims.hidden_size,
+                     num_attention_heads=dims.num_attention_heads, num_key_value_heads=dims.num_key_value_heads,
+                     head_dim=dims.head_dim, intermediate_size=dims.intermediate_size, vocab_size=384,
+                     rms_norm_eps=1e-6, rope_theta=dims.rope_theta, rope_scaling=None,
+                     max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype="float16",
+                     bos_token_id=1, eos_token_ids=(2, 7), has_tokenizer=True, has_chat_template=True,
+                     weight_format="safetensors")
+    draft = None if draft_path is None else DraftSpec(
+        path=draft_path, format="eagle1", hidden_size=dims.hidden_size, num_attention_heads=dims.num_attention_heads,
+        num_key_value_heads=dims.num_key_value_heads, head_dim=dims.head_dim,
+        intermediate_size=dims.intermediate_size, vocab_size=384, draft_vocab_size=None, target_hidden_size=None,
+        fc_in_features=2 * dims.hidden_size, has_fc_bias=False, has_embed_tokens=False, rms_norm_eps=1e-6,
+        rope_theta=dims.rope_theta, num_hidden_layers=1, weight_format="safetensors")
+    spec = BuildSpec(base=base, draft=draft, engine=engine, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
+                     runtime_tree="dynamic:5,8,48", dtype="float16", backend_version=backend_version,
+                     max_input_len=1024, max_seq_len=2048, num_eagle_layers=3)
+    return dataclasses.replace(spec, **changes)

@@ -39,8 +39,8 @@ class OracleDraft(DraftHead):
             best = self.seq[pos + 2] if pos + 2 < len(self.seq) and self.seq[pos + 1] == tok else (tok + 1) % self.vocab
             fillers = [t for t in range(self.vocab) if t != best][: k - 1]
             rows.append([best] + fillers)
-        ids = torch.tensor(rows, dtype=torch.long)
-        return -torch.arange(k, dtype=torch.float32).expand(len(rows), k).clone(), ids
+        ids = torch.tensor(rows, dtype=torch.long, device=out.device)  # [T, k]
+        return -torch.arange(k, dtype=torch.float32, device=out.device).expand(len(rows), k).clone(), ids
 
 
 def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleEngine:

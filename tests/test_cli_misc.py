@@ -14,7 +14,11 @@ def test_help_lists_every_command_and_each_has_an_example():
         assert name in res.output
         sub = CliRunner().invoke(main, [name, "--help"])
         assert sub.exit_code == 0, (name, sub.output)
-        assert "Example" in sub.output or name == "perf", name
+        assert "Example" in sub.output, name
+        assert "\n    eagle-trt " + name in sub.output, name  # the example runs this very command
+    for sub in ("run", "compare"):
+        res = CliRunner().invoke(main, ["perf", sub, "--help"])
+        assert res.exit_code == 0 and "Example" in res.output and f"eagle-trt perf {sub} " in res.output, sub
 
 
 def test_generate_local_json_and_plain_identity(tiny_base, eagle1_draft):
@@ -28,17 +32,19 @@ def test_generate_local_json_and_plain_identity(tiny_base, eagle1_draft):
 
 
 def test_generate_stream_and_errors(tiny_base, eagle1_draft):
-    res = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "--draft", str(eagle1_draft), "Hi",
-                                    "--max-tokens", "8", "--stream", "--no-chat"])
+    args = ["generate", "--base", str(tiny_base), "--draft", str(eagle1_draft), "Hi", "--max-tokens", "8", "--no-chat"]
+    whole = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
+    res = CliRunner().invoke(main, args + ["--stream"])
     assert res.exit_code == 0, res.output
+    assert whole["text"] and res.stdout == whole["text"] + "\n"  # the streamed pieces add up to the whole text
     bad = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--max-tokens", "0"])
-    assert bad.exit_code == 1 and "'--max-tokens' must be between 1 and" in bad.output
+    assert bad.exit_code == 2 and "Invalid value for '--max-tokens': 0 is not in the range x>=1" in bad.output
     both = CliRunner().invoke(main, ["generate", "Hi"])
     assert both.exit_code == 2
     tree = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--tree", "nonsense"])
     assert tree.exit_code == 1 and "invalid tree spec" in tree.output
     temp = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--temperature", "-1"])
-    assert temp.exit_code == 1 and "'temperature' must be between 0 and 2, got -1.0" in temp.output
+    assert temp.exit_code == 2 and "Invalid value for '--temperature': -1.0 is not in the range x>=0.0" in temp.output
 
 
 def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):

@@ -14,13 +14,21 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import builders
-from eagle_trt.build.checkpoint import ConvertOptions, convert
+from eagle_trt.build.checkpoint import convert
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 
 LAYER_PARTS = {"mlp.fc.weight": "mlp.gate_proj.weight", "mlp.gate.weight": "mlp.up_proj.weight",
                "mlp.proj.weight": "mlp.down_proj.weight", "attention.dense.weight": "self_attn.o_proj.weight",
                "post_layernorm.weight": "post_attention_layernorm.weight",
                "input_layernorm.weight": "input_layernorm.weight"}
+
+
+def trt_spec(base, draft, **options) -> BuildSpec:
+    """The validated trtllm BuildSpec convert() takes; the defaults are the convert command's."""
+    options = {"dtype": "float16", "num_eagle_layers": 4, "max_draft_len": 63, "max_non_leaves_per_layer": 10,
+               **options}
+    return BuildSpec.create(base, draft, engine="trtllm", tree=f"chain:{options['num_eagle_layers']}", **options)
 
 
 def hf(d):
@@ -95,7 +103,7 @@ def test_tensors_match_the_trtllm_layout(tmp_path, tiny_base, tiny_base_tied, ea
     base = tiny_base_tied if variant == "tied_base" else tiny_base
     draft = {"bias_embed": eagle1_draft, "nobias_noembed": eagle1_draft_nobias, "base_only": None,
              "tied_base": builders.make_eagle1_draft(tmp_path / "d", tiny_base_tied)}[variant]
-    out = convert(base, draft, tmp_path / "ckpt", ConvertOptions(tp_size=tp, dtype="float32", num_eagle_layers=3))
+    out = convert(trt_spec(base, draft, tp_size=tp, dtype="float32", num_eagle_layers=3), tmp_path / "ckpt")
     cfg_hf = json.loads((base / "config.json").read_text())
     base_sd, draft_sd = hf(base), (hf(draft) if draft else None)
     for r in range(tp):
@@ -110,8 +118,7 @@ def test_tensors_match_the_trtllm_layout(tmp_path, tiny_base, tiny_base_tied, ea
 
 
 def test_config_keys_and_values(tmp_path, tiny_base, eagle1_draft):
-    out = convert(tiny_base, eagle1_draft, tmp_path / "c", ConvertOptions(tp_size=2, dtype="bfloat16",
-                                                                           num_eagle_layers=4, max_draft_len=63))
+    out = convert(trt_spec(tiny_base, eagle1_draft, tp_size=2, dtype="bfloat16"), tmp_path / "c")
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["architecture"] == "EagleForCausalLM" and cfg["dtype"] == "bfloat16"
     assert (cfg["max_draft_len"], cfg["num_eagle_layers"], cfg["max_non_leaves_per_layer"]) == (63, 4, 10)
@@ -134,33 +141,33 @@ def test_llama3_rope_scaling_is_kept_whole(tmp_path, tiny_base, eagle1_draft):
     cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 8192}
     (base / "config.json").write_text(json.dumps(cfg))
-    out = json.loads((convert(base, eagle1_draft, tmp_path / "c", ConvertOptions()) / "config.json").read_text())
+    out = json.loads((convert(trt_spec(base, eagle1_draft), tmp_path / "c") / "config.json").read_text())
     assert out["rotary_scaling"] == cfg["rope_scaling"] | {"type": "llama3"}
     assert out["eagle_net_config"]["rotary_scaling"] == out["rotary_scaling"]
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"tp_size": 3}, "tp size 3 does not divide"),
-    ({"dtype": "int8"}, "dtype 'int8'"),
+    ({"tp_size": 3}, "tp_size 3 does not divide"),
+    ({"dtype": "int8"}, "dtype int8 is the pytorch engine's CPU mode"),
     ({"max_draft_len": 300}, "max_draft_len 300 > 256"),
 ])
 def test_bad_options(tmp_path, tiny_base, eagle1_draft, kwargs, words):
     with pytest.raises(EagleTrtError, match=words):
-        convert(tiny_base, eagle1_draft, tmp_path / "c", ConvertOptions(**kwargs))
+        convert(trt_spec(tiny_base, eagle1_draft, **kwargs), tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
 
 def test_refusals(tmp_path, tiny_base, eagle1_draft, eagle3_draft):
     with pytest.raises(EagleTrtError, match="EAGLE-3 drafts are not supported by the TensorRT-LLM engine"):
-        convert(tiny_base, eagle3_draft, tmp_path / "c", ConvertOptions())
+        convert(trt_spec(tiny_base, eagle3_draft), tmp_path / "c")
     qwen = builders.make_base(tmp_path / "q")
     cfg = json.loads((qwen / "config.json").read_text())
     (qwen / "config.json").write_text(json.dumps(cfg | {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
     with pytest.raises(EagleTrtError, match="is not Llama"):
-        convert(qwen, None, tmp_path / "c", ConvertOptions())
+        convert(trt_spec(qwen, None), tmp_path / "c")
     (tmp_path / "exists").mkdir()
     with pytest.raises(EagleTrtError, match="already exists"):
-        convert(tiny_base, eagle1_draft, tmp_path / "exists", ConvertOptions())
+        convert(trt_spec(tiny_base, eagle1_draft), tmp_path / "exists")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -170,9 +177,10 @@ def test_interrupted_conversion_leaves_no_checkpoint(tmp_path, sig):
                                                                   intermediate_size=1536))
     draft = builders.make_eagle1_draft(tmp_path / "bd", big)
     out = tmp_path / "ckpt"
-    code = ("from eagle_trt.build.checkpoint import convert, ConvertOptions; import sys; "
-            f"convert({str(big)!r}, {str(draft)!r}, {str(out)!r}, ConvertOptions(tp_size=2, dtype='float32', "
-            "num_eagle_layers=8), progress=lambda d, t, n: __import__('time').sleep(0.01))")
+    code = ("from eagle_trt.build.checkpoint import convert; from eagle_trt.build_spec import BuildSpec; "
+            f"spec = BuildSpec.create({str(big)!r}, {str(draft)!r}, engine='trtllm', tree='chain:8', tp_size=2, "
+            "dtype='float32', num_eagle_layers=8); "
+            f"convert(spec, {str(out)!r}, progress=lambda d, t, n: __import__('time').sleep(0.01))")
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 60
     while not list(tmp_path.glob(".ckpt.tmp-*/rank0.safetensors")) and time.time() < deadline:
@@ -184,7 +192,7 @@ def test_interrupted_conversion_leaves_no_checkpoint(tmp_path, sig):
     if sig == signal.SIGTERM:
         assert not list(tmp_path.glob(".ckpt.tmp-*")), "the temporary directory was not removed"
     # a later run cleans up and succeeds
-    convert(big, draft, out, ConvertOptions(tp_size=1, dtype="float16", num_eagle_layers=1))
+    convert(trt_spec(big, draft, num_eagle_layers=1), out)
     assert (out / "rank0.safetensors").exists() and not list(tmp_path.glob(".ckpt.tmp-*"))
 
 

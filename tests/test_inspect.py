@@ -13,7 +13,7 @@ BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
               "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
-              "capture_layers"}
+              "capture_layers", "max_position_embeddings"}
 
 
 def run(*args):
@@ -76,3 +76,22 @@ def test_a_current_container_is_told_before_building(tiny_base, eagle1_draft, ea
     assert r3["tensorrt_llm"]["auto_engine_on_gpu"] == "llmapi" and r3["engines"]["llmapi"]["ok"]
     human = run("--base", tiny_base, "--draft", eagle1_draft, "--engine", "trtllm")
     assert human.exit_code == 1 and "TensorRT-LLM 1.3.0" in human.output and "--format eagle3" in human.output
+
+
+def test_an_unsupported_rope_scaling_is_refused_by_inspect_and_build(tiny_base, eagle1_draft, tmp_path):
+    import shutil
+
+    base = tmp_path / "yarn_base"
+    shutil.copytree(tiny_base, base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+    (base / "config.json").write_text(json.dumps(cfg))
+    res = run("--base", base, "--draft", eagle1_draft)
+    assert res.exit_code == 1 and "rope_scaling type 'yarn' is not supported" in res.output
+    assert "Traceback" not in res.output
+    report = json.loads(run("--base", base, "--json").stdout)
+    assert not report["compatible"] and not report["engines"]["pytorch"]["ok"]
+    built = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(eagle1_draft), "-o",
+                                      str(tmp_path / "out"), "--engine", "pytorch", "--tree", "chain:2"])
+    assert built.exit_code == 1 and "rope_scaling type 'yarn' is not supported" in built.output
+    assert "llama3" in built.output and not (tmp_path / "out").exists()  # the hint names what works

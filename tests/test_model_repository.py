@@ -17,22 +17,18 @@ import pytest
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions, configs as C, write_model_repository
-from eagle_trt.tree import Tree, parse_tree_arg
+from eagle_trt.spec import ENGINES as ENGINE_KINDS
+
+from builders import fixed_build_spec
 
 GOLDEN = Path(__file__).parent / "golden"
-ENGINE_KINDS = ("pytorch", "trtllm", "llmapi", "vllm")
 
 
 def fixed_spec(engine: str, backend_version: str = "1.2"):
-    """A spec with fixed paths, so the golden files do not depend on the machine."""
-    runtime_tree = "chain:3" if engine == "vllm" else "dynamic:5,8,48"  # vLLM drafts chains only
-    return SimpleNamespace(
-        engine=engine, backend_version=backend_version, max_batch_size=8, max_input_len=1024, max_seq_len=2048, chat_template=True,
-        base=SimpleNamespace(path=Path("/models/base"), eos_token_ids=(2, 7)),
-        draft=SimpleNamespace(path=Path("/models/draft")), runtime_tree=runtime_tree, draft_vocab=None, device="cpu",
-        dtype="float16", tp_size=1, num_eagle_layers=3, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
-        draft_format="eagle1", runtime_tree_config=parse_tree_arg(runtime_tree),
-    )
+    """A real BuildSpec with fixed paths, so the golden files do not depend on the machine (vLLM drafts chains
+    only)."""
+    return fixed_build_spec(engine, backend_version=backend_version,
+                            **({"runtime_tree": "chain:3"} if engine == "vllm" else {}))
 
 
 def write_repo(engine: str, tmp_path: Path) -> Path:
@@ -186,8 +182,12 @@ def python_models():
     fake = types.ModuleType("triton_python_backend_utils")
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
+    import eagle_trt.model_repository.python_models as sources
+
+    sys.path.insert(0, str(Path(sources.__file__).parent))  # the stub's sys.path: model_params.py beside model.py
     from eagle_trt.model_repository.python_models import engine, postprocessing, preprocessing
     yield SimpleNamespace(engine=engine, pre=preprocessing, post=postprocessing)
+    sys.path.remove(str(Path(sources.__file__).parent))
     if saved is None:
         del sys.modules["triton_python_backend_utils"]
 
@@ -277,7 +277,7 @@ def test_failed_build_leaves_nothing(tiny_base, eagle1_draft, tmp_path):
     out = tmp_path / "bundle"
     result = _build(["--base", tiny_base, "--draft", eagle1_draft, "-o", out, "--engine", "pytorch",
                      "--engine-instances", "0"])
-    assert result.exit_code == 1 and "engine-instances" in result.output
+    assert result.exit_code == 2 and "Invalid value for '--engine-instances': 0" in result.output
     assert list(tmp_path.iterdir()) == []
 
 

@@ -48,7 +48,6 @@ def test_oracle_draft_reaches_tree_depth(tiny_base, plain_outputs, tree, depth):
     seq = prompt + plain_outputs[tuple(prompt)]
     engine = EagleEngine.load(tiny_base, None, tree=tree)
     engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
-    engine.plan = engine.plan  # static plan already built from the tree
     result = engine.generate_all(prompt, 48)
     assert result.token_ids == plain_outputs[tuple(prompt)]
     lengths = result.stats.accepted_lengths

@@ -111,10 +111,10 @@ def test_bad_arguments(tiny_base, tmp_path):
     assert res.exit_code == 1 and "does not exist" in res.output
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--epochs", "0"])
-    assert res.exit_code == 1 and "--epochs must be >= 1" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--epochs': 0 is not in the range x>=1" in res.output
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(tmp_path / "x"),
                                     "-o", str(tmp_path / "d"), "--gen-batch-size", "0"])
-    assert res.exit_code == 1 and "--gen-batch-size must be >= 1, got 0" in res.output
+    assert res.exit_code == 2 and "Invalid value for '--gen-batch-size': 0 is not in the range x>=1" in res.output
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(tiny_base, tmp_path):
@@ -139,3 +139,21 @@ def test_training_on_cuda(tiny_base, tmp_path, fmt):
                                     "--epochs", "3", "--batch-size", "256", "--draft-vocab", "256", "--json"])
     assert res.exit_code == 0, res.output
     assert DraftSpec.from_dir(tmp_path / "d").format == fmt
+
+
+@pytest.mark.parametrize("warmup, total", [(20, 100), (2, 16), (1, 5), (30, 10)])
+def test_lr_schedule_is_linear_warmup_times_cosine(warmup, total):
+    """torch's LinearLR and CosineAnnealingLR chained: lr * min(1, (k + 1) / warmup) * (1 + cos(pi k / total)) / 2."""
+    import math
+
+    from eagle_trt.train.loop import warmup_cosine
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+    schedule = warmup_cosine(opt, warmup, total)
+    got = []
+    for _ in range(total):
+        got.append(schedule.get_last_lr()[0])
+        opt.step()
+        schedule.step()
+    want = [0.5 * min(1.0, (k + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * k / total)) for k in range(total)]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)

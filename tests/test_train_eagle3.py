@@ -19,10 +19,8 @@ from eagle_trt.train.eagle3 import (Eagle3TrainConfig, chunk_tensors, draft_voca
                                     train_eagle3, ttt_forward, vocab_maps)
 from eagle_trt.train.pipeline import _draft_spec_for
 
-PROMPTS = ["Tell me a story about a robot who learns to paint.", "What is the capital of France?",
-           "Write a haiku about the sea.", "Explain speculative decoding in one paragraph.",
-           "def add(a, b): what does this do?", "Count from one to ten.", "Describe the quick brown fox.",
-           "What does a language model predict?"] * 3
+from test_train import PROMPTS
+
 
 
 @pytest.fixture(scope="module")

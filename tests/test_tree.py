@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import (MC_SIM_7B_63, Tree, pack_mask, parse_tree_arg, unpack_mask, validate_for_trtllm)
+from eagle_trt.tree import MC_SIM_7B_63, Tree, ancestor_mask, pack_mask, parse_tree_arg, validate_for_trtllm
 
 SMALL = [[0], [1], [0, 0], [0, 1]]
 
@@ -24,16 +24,14 @@ def test_small_tree_hand_checked():
                          [1, 1, 0, 1, 0],
                          [1, 1, 0, 0, 1]], dtype=bool)
     assert (t.attention_mask() == expected).all()
-    assert t.packed_mask()[:, 0].tolist() == [1, 3, 5, 11, 19]
-    assert t.retrieve_paths().tolist() == [[0, 2, -1], [0, 1, 3], [0, 1, 4]]
+    assert pack_mask(t.attention_mask())[:, 0].tolist() == [1, 3, 5, 11, 19]
     assert t.non_leaves_per_depth() == [1, 1]
 
 
 def test_chain_packed_rows_are_low_bit_runs():
     t = Tree.chain(5)
     assert t.depth == 5 and t.num_nodes == 5
-    assert t.packed_mask()[:, 0].tolist() == [(1 << (i + 1)) - 1 for i in range(6)]
-    assert t.retrieve_paths().tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert pack_mask(t.attention_mask())[:, 0].tolist() == [(1 << (i + 1)) - 1 for i in range(6)]
 
 
 def test_trtllm_default_tree():
@@ -43,8 +41,7 @@ def test_trtllm_default_tree():
     validate_for_trtllm(t, num_eagle_layers=4, max_draft_len=63, max_non_leaves_per_layer=10)
     mask = t.attention_mask()
     assert mask.shape == (64, 64) and np.array_equal(mask, np.tril(mask))  # parents first: lower-triangular
-    assert t.packed_mask().shape == (64, 2)
-    assert (unpack_mask(t.packed_mask(), 64) == mask).all()
+    assert pack_mask(mask).shape == (64, 2)
     # every row's visible set is exactly its root-to-node path
     for row, depth in zip(mask, t.depths()):
         assert row.sum() == depth + 1
@@ -62,7 +59,19 @@ def test_pack_unpack_word_boundaries(n):
     mask = rng.random((n, n)) < 0.5
     packed = pack_mask(mask)
     assert packed.dtype == np.int32 and packed.shape == (n, (n + 31) // 32)
-    assert (unpack_mask(packed, n) == mask).all()
+    words = packed.view(np.uint32).astype(np.int64)
+    bits = np.array([[(words[r, j // 32] >> (j % 32)) & 1 for j in range(n)] for r in range(n)], dtype=bool)
+    assert (bits == mask).all()  # bit j of word j // 32, LSB first
+    assert not (words[:, -1] >> (n - 32 * (words.shape[1] - 1))).any()  # padding bits are zero
+
+
+@pytest.mark.parametrize("parents, rows", [
+    ([-1], [[1]]),
+    ([-1, 0, 1, 2], [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]),
+    ([-1, 0, 0, 1, 2], [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [1, 0, 1, 0, 0], [1, 1, 0, 1, 0], [1, 0, 1, 0, 1]]),
+])
+def test_ancestor_mask(parents, rows):
+    assert ancestor_mask(parents).astype(int).tolist() == rows
 
 
 @pytest.mark.parametrize("choices", [SMALL, MC_SIM_7B_63, [[0], [0, 0], [0, 0, 0]]])
@@ -70,7 +79,7 @@ def test_brace_round_trip(choices):
     t = Tree.from_choices(choices)
     text = t.to_brace()
     assert "[" not in text and text.startswith("{0}")
-    assert Tree.from_brace(text) == t
+    assert Tree.from_choices([[int(x) for x in c.split(",")] for c in text[1:-1].split("}, {")]) == t
 
 
 @pytest.mark.parametrize("bad, words", [

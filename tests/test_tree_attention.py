@@ -14,9 +14,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
+from eagle_trt.errors import EagleTrtError  # noqa: E402
 from eagle_trt.plugins.tree_attention import tree_attention  # noqa: E402
 from eagle_trt.plugins.tree_attention_ref import gather_paged, tree_attention_ref  # noqa: E402
-from eagle_trt.tree import Tree, pack_mask  # noqa: E402
+from eagle_trt.tree import Tree, ancestor_mask, pack_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 BOUND = {torch.float32: 1e-5, torch.float16: 5e-3, torch.bfloat16: 5e-3}
@@ -26,12 +27,7 @@ SIX_NODE = Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0]])  # root + 5 nod
 def random_tree(rng: np.random.Generator, n: int) -> np.ndarray:
     """Packed mask of a random dynamic tree with n tokens (root first, parents before children)."""
     parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
-    mask = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        mask[i, i] = True
-        if i:
-            mask[i] |= mask[parents[i]]
-    return pack_mask(mask)
+    return pack_mask(ancestor_mask(parents))
 
 
 def make_batch(masks, prefixes, hq, hkv, d, dtype, seed=0):
@@ -68,7 +64,7 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" 
 @pytest.mark.parametrize("prefix", [0, 7, 130])
 def test_static_trees(dtype, tree, prefix):
     t = {"chain": Tree.chain(5), "six": SIX_NODE, "mc_sim_7b_63": Tree.named("mc_sim_7b_63")}[tree]
-    check(*make_batch([t.packed_mask()], [prefix], hq=4, hkv=2, d=32, dtype=dtype), dtype)
+    check(*make_batch([pack_mask(t.attention_mask())], [prefix], hq=4, hkv=2, d=32, dtype=dtype), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -81,14 +77,14 @@ def test_ragged_batch_of_random_dynamic_trees(dtype):
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("d", [64, 128] if DEVICE == "cuda" else [64])
 def test_gqa_groups_and_head_dims(group, d):
-    check(*make_batch([SIX_NODE.packed_mask(), Tree.chain(3).packed_mask()], [20, 5], hq=2 * group, hkv=2, d=d,
-                      dtype=torch.float32), torch.float32)
+    masks = [pack_mask(SIX_NODE.attention_mask()), pack_mask(Tree.chain(3).attention_mask())]
+    check(*make_batch(masks, [20, 5], hq=2 * group, hkv=2, d=d, dtype=torch.float32), torch.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_paged_kv(dtype):
-    q, k, v, packed, cu, prefixes = make_batch([SIX_NODE.packed_mask(), random_tree(np.random.default_rng(1), 20)],
-                                               [37, 90], hq=4, hkv=2, d=32, dtype=dtype)
+    masks = [pack_mask(SIX_NODE.attention_mask()), random_tree(np.random.default_rng(1), 20)]
+    q, k, v, packed, cu, prefixes = make_batch(masks, [37, 90], hq=4, hkv=2, d=32, dtype=dtype)
     page, n_pages = 16, 20
     k_pages = torch.zeros(n_pages, 2, page, 32, dtype=dtype, device=DEVICE)
     v_pages = torch.zeros_like(k_pages)
@@ -115,10 +111,11 @@ def test_paged_kv(dtype):
 def test_each_branch_equals_causal_attention_over_its_path():
     """vLLM's branch check: a tree row's output equals plain causal attention over prefix + its own path."""
     tree = Tree.named("eagle_default")
-    q, k, v, packed, cu, prefixes = make_batch([tree.packed_mask()], [11], hq=4, hkv=2, d=32, dtype=torch.float32)
+    mask = tree.attention_mask()
+    q, k, v, packed, cu, prefixes = make_batch([pack_mask(mask)], [11], hq=4, hkv=2, d=32, dtype=torch.float32)
     out = tree_attention(q, k, v, packed, cu, prefixes)
-    for path in tree.retrieve_paths().tolist():
-        nodes = [x for x in path if x >= 0]
+    for leaf in sorted(set(range(1, tree.num_nodes + 1)) - set(tree.parents().tolist())):
+        nodes = np.flatnonzero(mask[leaf]).tolist()  # the root-to-leaf path
         keys = list(range(11)) + [11 + x for x in nodes]
         kp, vp = k[0][:, keys].repeat_interleave(2, 0), v[0][:, keys].repeat_interleave(2, 0)
         qp = q[nodes].transpose(0, 1)  # [Hq, len, D]
@@ -129,7 +126,7 @@ def test_each_branch_equals_causal_attention_over_its_path():
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="documents an interpreter limitation")
 def test_bf16_is_not_trusted_in_the_interpreter():
-    q, k, v, packed, cu, prefixes = make_batch([SIX_NODE.packed_mask()], [4], 4, 2, 32, torch.bfloat16)
+    q, k, v, packed, cu, prefixes = make_batch([pack_mask(SIX_NODE.attention_mask())], [4], 4, 2, 32, torch.bfloat16)
     out = tree_attention(q, k, v, packed, cu, prefixes)
     ref = tree_attention_ref(q, k, v, packed, cu, prefixes)
     if torch.allclose(out.float(), ref.float(), atol=1e-2):
@@ -160,7 +157,6 @@ def test_benchmark_script_smoke(tmp_path):
 
 
 def test_trt_plugin_is_described_and_needs_tensorrt():
-    from eagle_trt.errors import EagleTrtError
     from eagle_trt.plugins import trt_plugin
 
     info = trt_plugin.describe_plugin()
@@ -172,19 +168,35 @@ def test_trt_plugin_is_described_and_needs_tensorrt():
             trt_plugin.register()
 
 
-def test_runtime_packs_masks_like_the_tree_module():
-    from eagle_trt.runtime.model import pack_mask_torch
-
-    for tree in (Tree.named("mc_sim_7b_63"), SIX_NODE, Tree.chain(40)):
-        mask = torch.from_numpy(tree.attention_mask())
-        assert torch.equal(pack_mask_torch(mask), torch.from_numpy(tree.packed_mask()))
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
-def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base, eagle1_draft):
+def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base):
+    """With a draft that proposes the base's own continuation, every verify step runs whole tree paths through the
+    kernel and accepts them: identity then covers the kernel's masks, not only the root row."""
+    from runtime_helpers import OracleDraft
+
     from eagle_trt.runtime import EagleEngine
 
-    plain = EagleEngine.load(tiny_base, None, device="cuda").generate_all(list(range(5, 30)), 40).token_ids
-    eagle = EagleEngine.load(tiny_base, eagle1_draft, tree="static:mc_sim_7b_63", device="cuda")
-    assert eagle.generate_all(list(range(5, 30)), 40).token_ids == plain
+    prompt = list(range(5, 30))
+    plain = EagleEngine.load(tiny_base, None, device="cuda").generate_all(prompt, 40).token_ids
+    eagle = EagleEngine.load(tiny_base, None, tree="static:mc_sim_7b_63", device="cuda")
+    eagle.draft = OracleDraft(prompt + plain, eagle.base.args.vocab_size)
+    result = eagle.generate_all(prompt, 40)
+    assert result.token_ids == plain
+    assert result.stats.mean_accepted_length > 4  # depth-4 paths accepted, the bonus token on top
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"d": 48}, "head dim 48 is not supported"),
+    ({"hq": 3}, "3 query heads are not a multiple of 2 KV heads"),
+    ({"mask_dtype": torch.int64}, "packed_mask is torch.int64"),
+])
+def test_bad_kernel_inputs_raise_our_error(change, words):
+    """The kernel wrapper checks its inputs before any launch and says what is wrong (no assert, no RuntimeError)."""
+    d, hq = change.get("d", 32), change.get("hq", 4)
+    q = torch.zeros(6, hq, d)  # [total_q, Hq, D]
+    k = torch.zeros(1, 2, 10, d)  # [B, Hkv, S, D]
+    packed = torch.from_numpy(pack_mask(SIX_NODE.attention_mask())).to(change.get("mask_dtype", torch.int32))
+    with pytest.raises(EagleTrtError, match=words):
+        tree_attention(q, k, k.clone(), packed, torch.tensor([0, 6], dtype=torch.int32),
+                       torch.tensor([4], dtype=torch.int32))

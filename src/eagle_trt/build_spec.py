@@ -14,17 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt import __version__
+from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION, parse_backend_version
-from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import (MAX_DRAFT_TOKENS, Tree, TreeConfig, parse_tree_arg, validate_for_llmapi,
-                            validate_for_trtllm)
+from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
+from eagle_trt.tree import (DEFAULT_RUNTIME_TREE, MAX_DRAFT_TOKENS, Tree, TreeConfig, parse_tree_arg,
+                            validate_for_llmapi, validate_for_trtllm)
 
 SPEC_FILE = "eagle_trt_spec.json"
-ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
 DTYPES = PRECISIONS
 DEFAULT_TREE = "mc_sim_7b_63"
-DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"
 DEFAULT_LLMAPI_TREE = "chain:3"  # TensorRT-LLM's EAGLE-3 examples; its static trees are deprecated (llm_args.py)
 
 
@@ -55,24 +53,23 @@ class BuildSpec:
 
     # ---- creation -----------------------------------------------------------------------------------------------
     @classmethod
-    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, *, engine: str,
-               tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
-               tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
-               max_seq_len: int | None = None, max_num_tokens: int | None = None, max_draft_len: int | None = None,
-               num_eagle_layers: int | None = None, max_non_leaves_per_layer: int | None = None,
-               device: str = "cpu", chat_template: bool = True,
-               backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
-               tree_tuning: dict | None = None) -> BuildSpec:
-        """Read and check base + draft, fill defaults from the tree and the base, and validate everything."""
-        base = ModelSpec.from_dir(base_dir)
+    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, **options) -> BuildSpec:
+        """Read base + draft from their directories (once), then `from_specs`."""
         draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        return cls.from_specs(ModelSpec.from_dir(base_dir), draft, **options)
+
+    @classmethod
+    def from_specs(cls, base: ModelSpec, draft: DraftSpec | None, *, engine: str,
+                   tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
+                   tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
+                   max_seq_len: int | None = None, max_num_tokens: int | None = None,
+                   max_draft_len: int | None = None, num_eagle_layers: int | None = None,
+                   max_non_leaves_per_layer: int | None = None, device: str = "cpu", chat_template: bool = True,
+                   backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
+                   tree_tuning: dict | None = None) -> BuildSpec:
+        """Fill defaults from the tree and the base, and validate everything (`validate`)."""
         if engine not in ENGINES:
             raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
-        if draft is not None:
-            require_compatible(base, draft, engine=engine)
-        from eagle_trt.runtime.loading import require_shapes  # torch: imported only when a build is planned
-
-        require_shapes(base, draft)
         static = tree if isinstance(tree, Tree) else _static_tree(tree)
         runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine in ("llmapi", "vllm") else DEFAULT_RUNTIME_TREE)
         if dtype == "auto":
@@ -96,7 +93,9 @@ class BuildSpec:
         return spec
 
     def validate(self) -> None:
-        """Check every cross-value rule; raise one EagleTrtError listing all problems."""
+        """The one validation path of a bundle: the base and draft fit together for this engine
+        (`spec.check_compatibility`) and every option and cross-value rule holds. Raises one EagleTrtError."""
+        require_compatible(self.base, self.draft, self.engine)
         problems: list[str] = []
         if self.engine not in ENGINES:
             problems.append(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
@@ -122,9 +121,13 @@ class BuildSpec:
             problems.append(f"max_batch_size {self.max_batch_size} > 512 (TRT-LLM's limit)")
         if self.tp_size > 1:
             for what, value in (("num_attention_heads", self.base.num_attention_heads),
-                                ("intermediate_size", self.base.intermediate_size)):
+                                ("intermediate_size", self.base.intermediate_size),
+                                ("hidden_size", self.base.hidden_size)):
                 if value % self.tp_size:
                     problems.append(f"tp_size {self.tp_size} does not divide the base's {what} {value}")
+            kv = self.base.num_key_value_heads
+            if (kv >= self.tp_size and kv % self.tp_size) or (kv < self.tp_size and self.tp_size % kv):
+                problems.append(f"tp_size {self.tp_size} and the base's {kv} KV heads cannot be split evenly")
         if self.engine == "pytorch" and self.tp_size != 1:
             problems.append("the pytorch engine runs on one device: tp_size must be 1")
         if self.dtype == "int8" and (self.engine != "pytorch" or self.device != "cpu"):
@@ -163,6 +166,12 @@ class BuildSpec:
     @property
     def draft_format(self) -> str | None:
         return self.draft.format if self.draft is not None else None
+
+    @property
+    def acceptance_figures(self) -> bool:
+        """Whether the bundle's eagle_model answers acceptance figures (and takes return_perf_metrics): every engine
+        kind but a trtllm bundle for a backend before 0.19. The perf harness asks for them only then."""
+        return self.engine != "trtllm" or backend_contract(self.backend_version).perf_metrics
 
     # ---- persistence --------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -229,7 +238,7 @@ def auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
     return "float16" if engine == "trtllm" else "bfloat16"
 
 
-def _spec_to_dict(spec) -> dict:
+def _spec_to_dict(spec: ModelSpec | DraftSpec) -> dict:
     out = {}
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)

@@ -18,7 +18,7 @@ Glossary (the words the whole code base uses, defined once):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from eagle_trt.checkpoints import find_weight_files, open_weights
@@ -26,6 +26,14 @@ from eagle_trt.errors import EagleTrtError
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
+
+ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")  # what computes eagle_model (README, Engines)
+EAGLE_MODEL, BASE_MODEL = "eagle_model", "base_model"  # the two ensembles a bundle serves (speculative, plain)
+MODELS = (EAGLE_MODEL, BASE_MODEL)
+
+# rope_scaling types the runtime and the TensorRT-LLM checkpoint support, with the keys each one needs
+ROPE_SCALINGS = {None: (), "default": (), "linear": ("factor",),
+                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 # Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/fast.py); the others are torch dtypes.
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
@@ -54,6 +62,23 @@ def read_config(path: Path, what: str) -> dict:
         raise EagleTrtError(f"{cfg_file} must hold a JSON object, got {type(cfg).__name__}",
                             "restore the original config.json")
     return cfg
+
+
+def rope_scaling_kind(scaling: dict | None) -> str | None:
+    """The rope_scaling type of a config's dict ("rope_type", or the older "type"); None without scaling."""
+    return scaling.get("rope_type", scaling.get("type")) if scaling else None
+
+
+def rope_scaling_problem(scaling: dict | None) -> str | None:
+    """Why a rope_scaling cannot be served (an unknown type or a missing key), or None when it can."""
+    kind = rope_scaling_kind(scaling)
+    if kind not in ROPE_SCALINGS:
+        return (f"rope_scaling type {kind!r} is not supported (supported: "
+                f"{', '.join(str(k) for k in ROPE_SCALINGS if k)})")
+    missing = [key for key in ROPE_SCALINGS[kind] if key not in scaling]
+    if missing:
+        return f"rope_scaling {kind!r} lacks {', '.join(missing)}"
+    return None
 
 
 def _require(cfg: dict, key: str, cfg_file: Path, kind=int):
@@ -99,19 +124,29 @@ def _tokenizer_info(path: Path) -> tuple[bool, bool, list[int]]:
 
 
 @dataclass(frozen=True)
-class ModelSpec:
-    """A Hugging Face Llama-family base checkpoint, described from config.json, tokenizer files and weight index."""
+class LayerDims:
+    """The shape of a Llama decoder layer and its vocabulary: what a base, a draft and the runtime's model carry."""
 
-    path: Path
-    architecture: str
-    model_type: str
-    num_hidden_layers: int
     hidden_size: int
     num_attention_heads: int
     num_key_value_heads: int
     head_dim: int
     intermediate_size: int
     vocab_size: int
+
+    def dims(self) -> dict:
+        """Just these fields, as keyword arguments (for another LayerDims of the same shape)."""
+        return {f.name: getattr(self, f.name) for f in fields(LayerDims)}
+
+
+@dataclass(frozen=True)
+class ModelSpec(LayerDims):
+    """A Hugging Face Llama-family base checkpoint, described from config.json, tokenizer files and weight index."""
+
+    path: Path
+    architecture: str
+    model_type: str
+    num_hidden_layers: int
     rms_norm_eps: float
     rope_theta: float
     rope_scaling: dict | None
@@ -171,17 +206,11 @@ def _weight_names(path: Path) -> set[str]:
 
 
 @dataclass(frozen=True)
-class DraftSpec:
+class DraftSpec(LayerDims):
     """An EAGLE draft checkpoint (research/trtllm_eagle.md §A): format detected from its tensor names."""
 
     path: Path
     format: str  # "eagle1" (EAGLE-1/2) | "eagle3"
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
     draft_vocab_size: int | None
     target_hidden_size: int | None
     fc_in_features: int
@@ -191,6 +220,7 @@ class DraftSpec:
     rope_theta: float
     num_hidden_layers: int
     weight_format: str
+    max_position_embeddings: int = 2048
     # EAGLE-3: base layers whose *input* hidden state the draft was trained on, when its config names them
     # (`eagle_aux_hidden_state_layer_ids`, vLLM/speculators convention); None = the standard (2, L//2, L-3)
     capture_layers: tuple[int, ...] | None = None
@@ -223,6 +253,7 @@ class DraftSpec:
             has_fc_bias="fc.bias" in names, has_embed_tokens="embed_tokens.weight" in names,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(cfg.get("rope_theta", 10000.0)),
             num_hidden_layers=int(cfg.get("num_hidden_layers", 1)), weight_format=weight_format,
+            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
             capture_layers=_capture_layers(cfg, cfg_file) if fmt == "eagle3" else None,
         )
 
@@ -261,6 +292,10 @@ class Problem:
 def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> list[Problem]:
     """Every reason the pair cannot be served (by `engine`, when given); empty when they fit."""
     problems: list[Problem] = []
+    rope = rope_scaling_problem(base.rope_scaling)
+    if rope:
+        problems.append(Problem(f"the base's {rope}",
+                                "use a base with default, linear or llama3 RoPE scaling (config.json rope_scaling)"))
     if engine == "trtllm" and not base.is_llama:
         problems.append(Problem(f"base architecture {base.architecture} ({base.model_type}) is not Llama",
                                 "the TensorRT-LLM EAGLE engine (EagleForCausalLM) takes only Llama-family bases; "
@@ -301,6 +336,7 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
 
 
 def require_compatible(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> None:
+    """`check_compatibility` as one EagleTrtError listing every problem (BuildSpec.validate and the runtime)."""
     problems = check_compatibility(base, draft, engine)
     if problems:
         where = f" (base {base.path}, draft {draft.path})" if draft is not None else f" (base {base.path})"

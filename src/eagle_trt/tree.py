@@ -1,4 +1,4 @@
-"""EAGLE draft trees: choices, validation, TRT-LLM brace syntax, masks, depths and retrieve paths.
+"""EAGLE draft trees: choices, validation, TRT-LLM brace syntax, masks and depths.
 
 A static tree is a list of *choices* (Medusa format): each choice is a path of child ranks from the root, e.g.
 ``[0]`` is the top-1 child of the root and ``[0, 1]`` the 2nd-ranked child of that node. The root (the last committed
@@ -12,10 +12,10 @@ Worked example, choices ``[[0], [1], [0, 0], [0, 1]]``::
     │   └── node 4  [0, 1]           depth 2
     └── node 2  [1]                  depth 1
 
-    attention_mask (row i sees column j)   packed_mask (bit j of row i)   retrieve_paths
-      0 1 2 3 4                              row 0: 0b00001 = 1             [0, 1, 3]
-    0 1 . . . .                              row 1: 0b00011 = 3             [0, 1, 4]
-    1 1 1 . . .                              row 2: 0b00101 = 5             [0, 2, -1]
+    attention_mask (row i sees column j)   pack_mask(attention_mask) (bit j of row i)
+      0 1 2 3 4                              row 0: 0b00001 = 1
+    0 1 . . . .                              row 1: 0b00011 = 3
+    1 1 1 . . .                              row 2: 0b00101 = 5
     2 1 . 1 . .                              row 3: 0b01011 = 11
     3 1 1 . 1 .                              row 4: 0b10011 = 19
     4 1 1 . . 1
@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from eagle_trt.errors import EagleTrtError
+
+DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"  # the pytorch engine's tree when none is given (EAGLE-2's shape)
 
 # TensorRT-LLM's default (FasterDecoding/Medusa mc_sim_7b_63): 63 nodes, depth 4, at most 10 non-leaves per depth.
 MC_SIM_7B_63 = [
@@ -118,20 +120,6 @@ class Tree:
                                 "write the choices as a JSON list, e.g. [[0], [1], [0, 0]]") from None
         return cls.from_choices(data, source=str(path))
 
-    @classmethod
-    def from_brace(cls, text: str) -> Tree:
-        """Parse TRT-LLM's brace syntax ``{0}, {0, 0}, {1}`` (what the tensorrtllm backend's eagle_choices takes)."""
-        body = text.strip()
-        if not body:
-            raise EagleTrtError("empty eagle_choices string", "write it like {0}, {0, 0}, {1}")
-        if body.startswith("{{") and body.endswith("}}"):
-            body = body[1:-1]
-        try:
-            data = json.loads("[" + body.replace("{", "[").replace("}", "]") + "]")
-        except json.JSONDecodeError:
-            raise EagleTrtError(f"cannot parse eagle_choices {text!r}", "write it like {0}, {0, 0}, {1}") from None
-        return cls.from_choices(data, source="eagle_choices")
-
     # ---- structure ----------------------------------------------------------------------------------------------
     @property
     def num_nodes(self) -> int:
@@ -168,33 +156,7 @@ class Tree:
 
     def attention_mask(self) -> np.ndarray:
         """[N+1, N+1] bool: row i may attend to column j iff j is an ancestor of i or i itself."""
-        n = self.num_nodes + 1
-        mask = np.zeros((n, n), dtype=bool)
-        parents = self.parents()
-        for i in range(n):
-            mask[i, i] = True
-            if i:
-                mask[i] |= mask[parents[i]]
-        return mask
-
-    def packed_mask(self) -> np.ndarray:
-        """[N+1, ceil((N+1)/32)] int32: TRT-LLM spec_decoding_packed_mask rows (bit j LSB-first in word j//32)."""
-        return pack_mask(self.attention_mask())
-
-    def leaves(self) -> list[int]:
-        has_child = set(self.parents()[1:].tolist())
-        return [i for i in range(1, self.num_nodes + 1) if i not in has_child]
-
-    def retrieve_paths(self) -> np.ndarray:
-        """[num_leaves, depth+1] int64: root-to-leaf node ids, padded with -1."""
-        parents = self.parents()
-        rows = []
-        for leaf in self.leaves():
-            path = [leaf]
-            while path[-1] != 0:
-                path.append(int(parents[path[-1]]))
-            rows.append(path[::-1] + [-1] * (self.depth + 1 - len(path)))
-        return np.array(rows, dtype=np.int64)
+        return ancestor_mask(self.parents().tolist())
 
     def non_leaves_per_depth(self) -> list[int]:
         """Number of nodes with children at each depth 0..depth-1 (the root counts at depth 0)."""
@@ -220,20 +182,24 @@ def check_draft_tokens(count: int, what: str) -> None:
                             "use a smaller tree, e.g. chain:4 or dynamic:5,8,48")
 
 
+def ancestor_mask(parents: list[int]) -> np.ndarray:
+    """[n, n] bool from parent indices (parents[0] = -1, parents before children): row i sees column j iff j is
+    an ancestor of i or i itself. The one ancestor-mask builder (static trees, dynamic trees, kernel tests)."""
+    n = len(parents)
+    mask = np.eye(n, dtype=bool)  # [n, n]
+    for i in range(1, n):
+        mask[i] |= mask[parents[i]]
+    return mask
+
+
 def pack_mask(mask: np.ndarray) -> np.ndarray:
-    """[rows, n] bool -> [rows, ceil(n/32)] int32, bit j of word j//32 set iff mask[:, j] (LSB first)."""
+    """[rows, n] bool -> [rows, ceil(n/32)] int32, bit j of word j//32 set iff mask[:, j] (LSB first): TRT-LLM's
+    packed mask layout, which the tree-attention kernel reads."""
     rows, n = mask.shape
     words = (n + 31) // 32
-    packed = np.zeros((rows, words), dtype=np.int64)
-    for j in range(n):
-        packed[:, j // 32] |= mask[:, j].astype(np.int64) << (j % 32)
-    return packed.astype(np.uint32).view(np.int32)
-
-
-def unpack_mask(packed: np.ndarray, n: int) -> np.ndarray:
-    """Inverse of pack_mask: [rows, words] int32 -> [rows, n] bool."""
-    bits = packed.view(np.uint32).astype(np.int64)
-    return np.stack([(bits[:, j // 32] >> (j % 32)) & 1 for j in range(n)], axis=1).astype(bool)
+    packed = np.zeros((rows, words * 4), dtype=np.uint8)  # [rows, 4 * words] bytes, little-endian words
+    packed[:, :(n + 7) // 8] = np.packbits(mask, axis=1, bitorder="little")
+    return packed.view("<u4").astype(np.uint32).view(np.int32)  # [rows, words]
 
 
 def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:

@@ -5,7 +5,7 @@ OUT/
   eagle_trt_spec.json   the BuildSpec every later step reads
   checkpoint/ engines/  (trtllm) TRT-LLM EAGLE checkpoint and engines, by eagle_trt.build.trtllm
   model_repository/     eagle_model, base_model, preprocessing, postprocessing, eagle_engine, base_engine
-  perf/                 datasets and scripts, by eagle_trt.perf.harness_files (when installed)
+  perf/                 datasets and scripts, by eagle_trt.perf.harness_files
 ```
 The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
 half-written; an existing OUT is replaced only with `force`.
@@ -13,22 +13,21 @@ half-written; an existing OUT is replaced only with `force`.
 
 from __future__ import annotations
 
-import importlib
-import logging
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_trt.build.llmapi import write_llmapi_config
+from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.fsutil import atomic_directory
 from eagle_trt.model_repository import ServingOptions, write_model_repository
-from eagle_trt.spec import DraftSpec
+from eagle_trt.perf.harness_files import write_perf_files
+from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec
 
-log = logging.getLogger(__name__)
-
-ENGINE_CHOICES = ("auto", "pytorch", "trtllm", "llmapi", "vllm")
+ENGINE_CHOICES = ("auto", *ENGINES)
 
 
 @dataclass(frozen=True)
@@ -43,12 +42,12 @@ class BuildPlan:
         return {"out": str(self.out), "engine": self.spec.engine, "steps": self.steps, "spec": self.spec.to_dict()}
 
 
-def choose_engine(engine: str, draft_dir: Path | None, device: str, install: TrtllmInstall | None = None) -> str:
+def choose_engine(engine: str, draft: DraftSpec | None, device: str, install: TrtllmInstall | None = None) -> str:
     """The engine kind to build: `auto` is decided by the installed TensorRT-LLM (trtllm_env.auto_engine); an
     explicit `trtllm` is checked against it, so a TensorRT-LLM without the engine path stops here, before any
     heavy work."""
     install = install or TrtllmInstall.detect()
-    draft_format = DraftSpec.from_dir(draft_dir).format if draft_dir is not None else None
+    draft_format = draft.format if draft is not None else None
     if engine == "auto":
         return auto_engine(draft_format, device, install)
     require_engine(engine, draft_format, install)
@@ -58,10 +57,13 @@ def choose_engine(engine: str, draft_dir: Path | None, device: str, install: Trt
 def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Path, *, engine: str = "auto",
                skip_convert: bool = False, skip_engines: bool = False, **spec_options) -> BuildPlan:
     """Validate everything and describe the steps; touches nothing on disk."""
-    base_dir = Path(base_dir).resolve()
-    draft_dir = Path(draft_dir).resolve() if draft_dir is not None else None
-    device = spec_options.get("device", "cpu")
-    spec = BuildSpec.create(base_dir, draft_dir, engine=choose_engine(engine, draft_dir, device), **spec_options)
+    base = ModelSpec.from_dir(Path(base_dir).resolve())
+    draft = DraftSpec.from_dir(Path(draft_dir).resolve()) if draft_dir is not None else None
+    engine = choose_engine(engine, draft, spec_options.get("device", "cpu"))
+    spec = BuildSpec.from_specs(base, draft, engine=engine, **spec_options)
+    from eagle_trt.runtime.loading import require_shapes  # torch, only once a build is planned
+
+    require_shapes(base, draft)  # every tensor against its config.json, before anything is built
     steps = []
     if spec.engine == "trtllm":
         steps.append("convert checkpoint (skipped)" if skip_convert else "convert checkpoint -> checkpoint/")
@@ -83,38 +85,23 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
         raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
     serving = serving or ServingOptions()
     serving.validate()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
-    try:
+    with atomic_directory(out, label="building") as tmp:
         if spec.engine == "trtllm":
             if skip_convert and out.exists():  # reuse OUT's checkpoint
                 shutil.copytree(out / "checkpoint", tmp / "checkpoint")
-            result = _call("eagle_trt.build.trtllm", "build_trtllm_engines", spec, tmp, dry_run=dry_run,
-                           skip_convert=skip_convert, skip_engines=skip_engines)
+            result = build_trtllm_engines(spec, tmp, dry_run=dry_run, skip_convert=skip_convert,
+                                          skip_engines=skip_engines)
             _write_engine_script(result.commands, tmp, out)
             _write_plugin_record(tmp)
         repo = tmp / "model_repository"
         write_model_repository(spec, repo, bundle_dir=out, options=serving)
         if spec.engine == "llmapi":
             for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
-                _call("eagle_trt.build.llmapi", "write_llmapi_config", spec,
-                      repo / engine_name / "1" / "model.yaml", speculative=speculative, decoupled=serving.decoupled)
-        _write_perf_files(spec, tmp)
+                write_llmapi_config(spec, repo / engine_name / "1" / "model.yaml", speculative=speculative,
+                                    decoupled=serving.decoupled)
+        write_perf_files(spec, tmp)
         spec.save(tmp / SPEC_FILE)
-        _replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
-
-
-def _call(module: str, function: str, *args, **kwargs):
-    try:
-        target = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError) as exc:
-        raise EagleTrtError(f"{module}.{function} is not available: {exc}",
-                            "this eagle-trt install lacks that build step; use --engine pytorch") from None
-    return target(*args, **kwargs)
 
 
 def _write_engine_script(commands: dict[str, list[str]], tmp: Path, out: Path) -> None:
@@ -140,27 +127,3 @@ def _write_plugin_record(tmp: Path) -> None:
     (tmp / "plugins" / "tree_attention.json").write_text(json.dumps(describe_plugin(), indent=2) + "\n",
                                                          encoding="utf-8")
 
-
-def _write_perf_files(spec: BuildSpec, out_dir: Path) -> None:
-    try:
-        from eagle_trt.perf.harness_files import write_perf_files
-    except ImportError:
-        log.warning("perf harness files not written: eagle_trt.perf.harness_files is not available")
-        return
-    write_perf_files(spec, out_dir)
-
-
-def _replace(tmp: Path, out: Path) -> None:
-    """Rename tmp to out; an existing out is moved aside first and removed only after the rename succeeded."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{tmp.name.rsplit('-', 1)[-1]}")
-        out.rename(old)
-    try:
-        tmp.rename(out)
-    except OSError:
-        if old is not None:
-            old.rename(out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

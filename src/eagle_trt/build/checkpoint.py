@@ -1,6 +1,9 @@
 """HF base + EAGLE-1 draft -> TensorRT-LLM EAGLE checkpoint (`EagleForCausalLM`), or the base alone
 (`LlamaForCausalLM`, for the comparison engine): config.json + rank{r}.safetensors (research/trtllm_eagle.md §B).
 
+Everything comes from a validated BuildSpec (engine trtllm): dims, dtype, tp size and the EAGLE sizes; nothing
+is re-read from the model directories but the tensors themselves.
+
 Tensors are streamed: every rank file's header is computed first, then each tensor is read, sliced for the rank,
 cast and appended, so peak memory stays near the largest tensor. Output is written into a temporary sibling and
 renamed at the end; an interrupted run (Ctrl-C, SIGTERM) leaves no checkpoint behind.
@@ -12,37 +15,25 @@ import json
 import shutil
 import signal
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from eagle_trt.build.safetensors_writer import StreamingSafetensorsWriter
 from eagle_trt.build.weight_maps import Heads, TensorPlan, layer_plans, padded_vocab, slice_tensor
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
-from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
-
-TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-@dataclass(frozen=True)
-class ConvertOptions:
-    tp_size: int = 1
-    dtype: str = "float16"
-    num_eagle_layers: int = 4
-    max_draft_len: int = 63
-    max_non_leaves_per_layer: int = 10
+from eagle_trt.runtime.loading import torch_dtype
+from eagle_trt.spec import rope_scaling_kind
 
 
 def _rotary_scaling(rope_scaling: dict | None) -> dict | None:
     """Keep the whole HF dict (factor, low/high_freq_factor, original_max_position_embeddings) plus TRT's "type"."""
     if not rope_scaling:
         return None
-    out = dict(rope_scaling)
-    out["type"] = rope_scaling.get("rope_type", rope_scaling.get("type"))
-    return out
+    return dict(rope_scaling) | {"type": rope_scaling_kind(rope_scaling)}
 
 
 def _common(dtype: str, tp: int, layers: int, heads: int, kv: int, hidden: int, inter: int, vocab: int,
@@ -59,28 +50,30 @@ def _common(dtype: str, tp: int, layers: int, heads: int, kv: int, hidden: int, 
     }
 
 
-def checkpoint_config(base: ModelSpec, draft: DraftSpec | None, opts: ConvertOptions,
-                      draft_max_pos: int = 2048) -> dict:
+def checkpoint_config(spec: BuildSpec, speculative: bool = True) -> dict:
+    """config.json of the EAGLE checkpoint (`speculative` and a draft) or of the base alone."""
+    base, draft = spec.base, spec.draft if speculative else None
     scaling = _rotary_scaling(base.rope_scaling)
     cfg = {"architecture": "EagleForCausalLM" if draft is not None else "LlamaForCausalLM"}
-    cfg |= _common(opts.dtype, opts.tp_size, base.num_hidden_layers, base.num_attention_heads,
+    cfg |= _common(spec.dtype, spec.tp_size, base.num_hidden_layers, base.num_attention_heads,
                    base.num_key_value_heads, base.hidden_size, base.intermediate_size, base.vocab_size, base.head_dim,
                    base.max_position_embeddings, base.rope_theta, scaling, base.rms_norm_eps)
     if draft is None:
         return cfg
-    cfg |= {"max_draft_len": opts.max_draft_len, "num_eagle_layers": opts.num_eagle_layers,
-            "max_non_leaves_per_layer": opts.max_non_leaves_per_layer}
+    cfg |= {"max_draft_len": spec.max_draft_len, "num_eagle_layers": spec.num_eagle_layers,
+            "max_non_leaves_per_layer": spec.max_non_leaves_per_layer}
     # rope settings come from the base and are reused for the EagleNets (convert_checkpoint.py)
     cfg["eagle_net_config"] = {"architecture": "LlamaForCausalLM"} | _common(
-        opts.dtype, opts.tp_size, 1, draft.num_attention_heads, draft.num_key_value_heads, draft.hidden_size,
-        draft.intermediate_size, draft.vocab_size, draft.head_dim, draft_max_pos, base.rope_theta, scaling,
-        draft.rms_norm_eps)
+        spec.dtype, spec.tp_size, 1, draft.num_attention_heads, draft.num_key_value_heads, draft.hidden_size,
+        draft.intermediate_size, draft.vocab_size, draft.head_dim, draft.max_position_embeddings, base.rope_theta,
+        scaling, draft.rms_norm_eps)
     return cfg
 
 
-def tensor_plans(base: ModelSpec, draft: DraftSpec | None, opts: ConvertOptions, base_names: set[str]) -> list[TensorPlan]:
+def tensor_plans(spec: BuildSpec, speculative: bool, base_names: set[str]) -> list[TensorPlan]:
     """Every tensor of one rank, with its sources ('base:NAME' / 'draft:NAME') and split."""
-    tp, h = opts.tp_size, base.hidden_size
+    base, draft = spec.base, spec.draft if speculative else None
+    tp, h = spec.tp_size, base.hidden_size
     vpad = padded_vocab(base.vocab_size, tp)
     head_src = "base:lm_head.weight" if "lm_head.weight" in base_names else "base:model.embed_tokens.weight"
     heads = Heads(base.num_attention_heads, base.num_key_value_heads, base.head_dim)
@@ -103,39 +96,13 @@ def tensor_plans(base: ModelSpec, draft: DraftSpec | None, opts: ConvertOptions,
                                      input_norm=False), "draft:")
     per_net.append(TensorPlan("lm_head.weight", (head_src,), "vocab_rows", (vpad // tp, h)))
     for p in per_net:  # copies of one tensor are adjacent, so its source is read once per rank
-        for k in range(opts.num_eagle_layers):
+        for k in range(spec.num_eagle_layers):
             plans.append(TensorPlan(f"eagle_nets.{k}.{p.trt_name}", p.sources, p.split, p.shape))
     return plans
 
 
 def _prefixed(plans: list[TensorPlan], prefix: str) -> list[TensorPlan]:
     return [TensorPlan(p.trt_name, tuple(prefix + s for s in p.sources), p.split, p.shape) for p in plans]
-
-
-def validate_options(base: ModelSpec, draft: DraftSpec | None, opts: ConvertOptions) -> None:
-    problems = []
-    if opts.dtype not in TORCH_DTYPES:
-        problems.append(f"dtype {opts.dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
-    tp = opts.tp_size
-    if tp < 1:
-        problems.append(f"tp size {tp} must be >= 1")
-    else:
-        for what, n in (("num_attention_heads", base.num_attention_heads), ("intermediate_size",
-                        base.intermediate_size), ("hidden_size", base.hidden_size)):
-            if n % tp:
-                problems.append(f"tp size {tp} does not divide the base's {what} {n}")
-        kv = base.num_key_value_heads
-        if (kv >= tp and kv % tp) or (kv < tp and tp % kv):
-            problems.append(f"tp size {tp} and the base's {kv} KV heads cannot be split evenly")
-    if not base.is_llama:
-        problems.append(f"base architecture {base.architecture} is not Llama (EagleForCausalLM extends LLaMA)")
-    if draft is not None and draft.format != "eagle1":
-        problems.append("EAGLE-3 drafts have no TensorRT-LLM engine path (use --engine llmapi)")
-    if opts.max_draft_len > 256:
-        problems.append(f"max_draft_len {opts.max_draft_len} > 256")
-    if problems:
-        raise EagleTrtError("cannot convert to a TensorRT-LLM checkpoint: " + "; ".join(problems),
-                            "fix the options named above")
 
 
 @contextmanager
@@ -155,45 +122,41 @@ def _sigterm_as_exit():
         signal.signal(signal.SIGTERM, previous)
 
 
-def convert(base_dir: str | Path, draft_dir: str | Path | None, out_dir: str | Path, opts: ConvertOptions,
-            force: bool = False, progress=None) -> Path:
-    """Write the checkpoint to out_dir (atomically). `progress(n_done, n_total, name)` is called per tensor."""
-    base = ModelSpec.from_dir(base_dir)
-    draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
-    if draft is not None:
-        require_compatible(base, draft, engine="trtllm")
-    validate_options(base, draft, opts)
+def convert(spec: BuildSpec, out_dir: str | Path, *, speculative: bool = True, force: bool = False,
+            progress=None) -> Path:
+    """Write the checkpoint of a validated trtllm spec to out_dir (atomically): the EAGLE checkpoint, or the base
+    alone when `speculative` is False or the spec has no draft. `progress(n_done, n_total, name)` is called per
+    tensor."""
+    if spec.engine != "trtllm":
+        raise EagleTrtError(f"a TensorRT-LLM checkpoint is made from a trtllm build spec, got engine {spec.engine!r}",
+                            "create the spec with BuildSpec.create(..., engine='trtllm')")
+    draft = spec.draft if speculative else None
     out = Path(out_dir)
     if out.exists() and not force:
         raise EagleTrtError(f"checkpoint directory {out} already exists", "pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     for stale in out.parent.glob(f".{out.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed run
-    dtype = TORCH_DTYPES[opts.dtype]
+    dtype, tp, base = torch_dtype(spec.dtype), spec.tp_size, spec.base
     with _sigterm_as_exit(), atomic_directory(out) as tmp, ExitStack() as stack:
         readers = {"base": stack.enter_context(open_weights(base.path))}
-        if draft is not None:
-            readers["draft"] = stack.enter_context(open_weights(draft.path))
-        draft_max_pos = 2048
-        if draft is not None:
-            draft_max_pos = json.loads((draft.path / "config.json").read_text(encoding="utf-8")).get(
-                "max_position_embeddings", 2048)
-        cfg = checkpoint_config(base, draft, opts, draft_max_pos)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        plans = tensor_plans(base, draft, opts, set(readers["base"].names()))
-        total, done = len(plans) * opts.tp_size, 0
         heads = {"base:": Heads(base.num_attention_heads, base.num_key_value_heads, base.head_dim)}
         if draft is not None:
+            readers["draft"] = stack.enter_context(open_weights(draft.path))
             heads["draft:"] = Heads(draft.num_attention_heads, draft.num_key_value_heads, draft.head_dim)
-        for rank in range(opts.tp_size):
+        cfg = checkpoint_config(spec, speculative)
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        plans = tensor_plans(spec, speculative, set(readers["base"].names()))
+        total, done = len(plans) * tp, 0
+        for rank in range(tp):
             writer = StreamingSafetensorsWriter(tmp / f"rank{rank}.safetensors",
                                                 [(p.trt_name, dtype, p.shape) for p in plans])
             cache: tuple = ((), [])
             for plan in plans:
                 if plan.sources != cache[0]:
                     cache = (plan.sources, [_read(readers, s) for s in plan.sources])
-                writer.write(plan.trt_name, _produce(plan, cache[1], opts.tp_size, rank, heads, dtype,
-                                                     padded_vocab(base.vocab_size, opts.tp_size)))
+                writer.write(plan.trt_name, _produce(plan, cache[1], tp, rank, heads, dtype,
+                                                     padded_vocab(base.vocab_size, tp)))
                 done += 1
                 if progress is not None:
                     progress(done, total, plan.trt_name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree import TreeConfig, validate_for_llmapi
 
@@ -63,7 +64,7 @@ def tree_fields(cfg: TreeConfig) -> dict:
             "max_total_draft_tokens": cfg.total_tokens}
 
 
-def speculative_config(spec) -> dict:
+def speculative_config(spec: BuildSpec) -> dict:
     config = {"decoding_type": "Eagle3"} | tree_fields(spec.runtime_tree_config)
     config["speculative_model"] = str(spec.draft.path)
     capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
@@ -72,7 +73,7 @@ def speculative_config(spec) -> dict:
     return config
 
 
-def llmapi_options(spec, speculative: bool = True) -> dict:
+def llmapi_options(spec: BuildSpec, speculative: bool = True) -> dict:
     """LLM() arguments; the base model's options are the same without speculative_config."""
     options = {"backend": "pytorch", "tensor_parallel_size": spec.tp_size, "pipeline_parallel_size": 1,
                "max_batch_size": spec.max_batch_size, "max_seq_len": spec.max_seq_len,
@@ -82,7 +83,7 @@ def llmapi_options(spec, speculative: bool = True) -> dict:
     return options
 
 
-def model_yaml(spec, speculative: bool = True, decoupled: bool = True) -> dict:
+def model_yaml(spec: BuildSpec, speculative: bool = True, decoupled: bool = True) -> dict:
     """Triton LLM-API model.yaml: `model` + LLM() arguments + `triton_config` (max_batch_size 0: that model does
     not batch; decoupled: streaming)."""
     return {"model": str(spec.base.path)} | llmapi_options(spec, speculative) | {
@@ -95,7 +96,7 @@ def dump_yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
-def write_llmapi_config(spec, path: Path, speculative: bool = True, decoupled: bool = True) -> Path:
+def write_llmapi_config(spec: BuildSpec, path: Path, speculative: bool = True, decoupled: bool = True) -> Path:
     """model.yaml at `path`, and llm_api_options.yaml for trtllm-serve beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_trt.build.checkpoint import ConvertOptions, convert
+from eagle_trt.build.checkpoint import convert
 from eagle_trt.build.trtllm_env import TrtllmInstall, no_engine_path_error
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class EngineBuildResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def trtllm_build_argv(spec, checkpoint_dir: Path, engine_dir: Path, speculative: bool) -> list[str]:
+def trtllm_build_argv(spec: BuildSpec, checkpoint_dir: Path, engine_dir: Path, speculative: bool) -> list[str]:
     """The trtllm-build command line for the EAGLE engine (speculative) or the plain base engine.
     max_draft_len is not passed: the builder takes it from the checkpoint (a flag would override it while the
     EAGLE inputs stay sized from the checkpoint)."""
@@ -63,7 +64,7 @@ def version_warnings(version: str, max_batch_size: int) -> list[str]:
     return out
 
 
-def check_environment(spec) -> list[str]:
+def check_environment(spec: BuildSpec) -> list[str]:
     """Before any heavy work: tensorrt_llm installed with the engine path (<= 1.2 and trtllm-build on PATH), a
     visible GPU."""
     install = TrtllmInstall.detect()
@@ -95,7 +96,7 @@ def _gpu_visible() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-def build_trtllm_engines(spec, out_dir: Path, *, dry_run: bool = False, skip_convert: bool = False,
+def build_trtllm_engines(spec: BuildSpec, out_dir: Path, *, dry_run: bool = False, skip_convert: bool = False,
                          skip_engines: bool = False, progress=None) -> EngineBuildResult:
     """Convert (eagle + base) and run trtllm-build for each; `dry_run` converts and returns the commands only."""
     result = EngineBuildResult()
@@ -103,19 +104,15 @@ def build_trtllm_engines(spec, out_dir: Path, *, dry_run: bool = False, skip_con
         result.warnings = check_environment(spec)
         for w in result.warnings:
             log.warning(w)
-    opts = ConvertOptions(tp_size=spec.tp_size, dtype=spec.dtype, num_eagle_layers=spec.num_eagle_layers,
-                          max_draft_len=spec.max_draft_len, max_non_leaves_per_layer=spec.max_non_leaves_per_layer)
     out_dir = Path(out_dir)
-    for name, draft in (("eagle", spec.draft.path if spec.draft else None), ("base", None)):
-        if name == "eagle" and spec.draft is None:
-            continue
+    for name in ("eagle", "base") if spec.draft is not None else ("base",):
         ckpt = out_dir / "checkpoint" / name
         result.checkpoint_dirs[name] = ckpt
         if skip_convert:
             if not (ckpt / "config.json").exists():
                 raise EagleTrtError(f"--skip-convert: no checkpoint at {ckpt}", "run once without --skip-convert")
         else:
-            convert(spec.base.path, draft, ckpt, opts, force=True, progress=progress)
+            convert(spec, ckpt, speculative=name == "eagle", force=True, progress=progress)
         engine = out_dir / "engines" / name
         result.engine_dirs[name] = engine
         result.commands[name] = trtllm_build_argv(spec, ckpt, engine, speculative=name == "eagle")

@@ -15,9 +15,9 @@ import importlib.metadata
 import shutil
 from dataclasses import dataclass
 
+from eagle_trt.backend import ENGINE_PATH_LAST
 from eagle_trt.errors import EagleTrtError
 
-ENGINE_PATH_LAST = (1, 2)  # the last TensorRT-LLM minor release read that still ships trtllm-build
 DISTRIBUTION = "tensorrt_llm"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eagle_trt.checkpoints.readers import WeightReader
+from eagle_trt.checkpoints.weight_reader import WeightReader
 from eagle_trt.errors import EagleTrtError, missing_extra
 
 TOP_LEVEL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",

@@ -10,6 +10,7 @@ import json
 import struct
 from pathlib import Path
 
+from eagle_trt.checkpoints.weight_reader import WeightReader
 from eagle_trt.errors import EagleTrtError
 
 ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -17,44 +18,6 @@ ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bflo
              "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 ST_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
-
-
-class WeightReader:
-    """Names, shapes and dtypes of a checkpoint's tensors, and each tensor on demand (`get`)."""
-
-    def __init__(self, path: Path, fmt: str):
-        self.path, self.format = path, fmt
-        self._meta: dict[str, tuple[tuple[int, ...], str]] = {}
-
-    def names(self) -> list[str]:
-        return list(self._meta)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._meta[self._check(name)][0]
-
-    def dtype(self, name: str) -> str:
-        return self._meta[self._check(name)][1]
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._meta
-
-    def _check(self, name: str) -> str:
-        if name not in self._meta:
-            raise EagleTrtError(f"tensor {name!r} is not in the checkpoint {self.path}",
-                                "check that the directory holds the model you meant")
-        return name
-
-    def get(self, name: str):  # -> torch.Tensor
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def read_safetensors_header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -18,8 +18,9 @@ from eagle_trt.spec import PRECISIONS
               help="Tree settings separated by ';' (auto | chain:N | static:NAME|FILE | dynamic:D,K,T); auto: tuned "
                    "to this machine and draft (perf/calibrate.py, cached), its predicted tok/s shown beside.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
-@click.option("--prompts", type=int, default=10, show_default=True, help="0 = every prompt of the dataset.")
-@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--prompts", type=click.IntRange(min=0),
+              default=10, show_default=True, help="0 = every prompt of the dataset.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
               help="int8: int8 linears on the CPU (runtime.fast), plain and EAGLE alike.")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
-from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 
 
 @click.command("build")
@@ -34,27 +34,32 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
                    "vocabulary; default: the draft's draft_vocab.json if it has one). Outputs do not change.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the pytorch engine runs.")
-@click.option("--max-batch-size", type=int, default=8, show_default=True)
-@click.option("--max-input-len", type=int, default=None, help="Longest prompt in tokens (default from the base).")
-@click.option("--max-seq-len", type=int, default=None, help="Prompt + generated tokens (default from the base).")
-@click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel size (trtllm).")
+@click.option("--max-batch-size", type=click.IntRange(1, 512), default=8, show_default=True)
+@click.option("--max-input-len", type=click.IntRange(min=1),
+              default=None, help="Longest prompt in tokens (default from the base).")
+@click.option("--max-seq-len", type=click.IntRange(min=1),
+              default=None, help="Prompt + generated tokens (default from the base).")
+@click.option("--tp", "tp_size", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Tensor-parallel size (trtllm).")
 @click.option("--backend-version", default=DEFAULT_BACKEND_VERSION, show_default=True,
               help="trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR); it decides "
                    "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
                    "and the acceptance outputs exist (from 0.19). See README, Engines.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,
               help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
-@click.option("--engine-instances", type=int, default=1, show_default=True, help="Engine model instances.")
+@click.option("--engine-instances", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Engine model instances.")
 @click.option("--engine-threads", type=click.IntRange(min=0), default=0, show_default=True,
               help="CPU threads per pytorch-engine instance (0: the cores shared among eagle and base engines).")
 @click.option("--load-policy", default="auto", show_default=True,
               help="pytorch engine: the tree by how many requests run at once, ';'-separated from batch 1 (the last "
                    "for larger batches; none = plain decoding), e.g. dynamic:3,2,4;chain:2;chain:1;none. auto: the "
                    "runtime tree, then eagle_trt.load_policy.AUTO_TAIL.")
-@click.option("--preprocessing-instances", type=int, default=1, show_default=True)
-@click.option("--postprocessing-instances", type=int, default=1, show_default=True)
-@click.option("--max-queue-delay-us", type=int, default=0, show_default=True, help="tensorrtllm dynamic batching.")
-@click.option("--kv-cache-fraction", type=float, default=0.9, show_default=True,
+@click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0),
+              default=0, show_default=True, help="tensorrtllm dynamic batching.")
+@click.option("--kv-cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9, show_default=True,
               help="Share of free GPU memory for the KV cache (trtllm).")
 @click.option("--enable-kv-cache-reuse", is_flag=True, help="Reuse KV cache across requests (trtllm).")
 @click.option("--dry-run", is_flag=True,
@@ -64,9 +69,8 @@ from eagle_trt.model_repository.backend import DEFAULT_BACKEND_VERSION
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len,
-              max_seq_len,
-              tp_size, backend_version, chat_template, engine_instances, engine_threads, load_policy, preprocessing_instances,
-              postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
+              max_seq_len, tp_size, backend_version, chat_template, engine_instances, engine_threads, load_policy,
+              preprocessing_instances, postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
               skip_convert, skip_engines, force, as_json):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
 
@@ -81,12 +85,13 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
     from eagle_trt.build.bundle import choose_engine
     from eagle_trt.model_repository import ServingOptions
     from eagle_trt.perf.calibrate import AUTO, tuned_tree
+    from eagle_trt.spec import DraftSpec
 
     spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
                     "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
                     "backend_version": backend_version, "draft_vocab": draft_vocab}
     auto = tree == AUTO or (tree is None and draft_dir is not None
-                            and choose_engine(engine, draft_dir, device) == "pytorch")
+                            and choose_engine(engine, DraftSpec.from_dir(draft_dir), device) == "pytorch")
     if auto and not dry_run:
         spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
                                        echo=lambda m: click.echo(m, err=True)))

@@ -11,13 +11,16 @@ import click
 @click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF Llama base directory.")
 @click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="EAGLE-1/2 draft (omit with --base-only).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Checkpoint dir.")
-@click.option("--tp", "tp_size", type=int, default=1, show_default=True, help="Tensor-parallel ranks.")
+@click.option("--tp", "tp_size", type=click.IntRange(min=1),
+              default=1, show_default=True, help="Tensor-parallel ranks.")
 @click.option("--dtype", type=click.Choice(["float16", "bfloat16", "float32", "auto"]), default="auto",
               show_default=True, help="auto: the base's torch_dtype, but an fp32 base becomes float16 (TensorRT-LLM's own "
                    "converter keeps float32; pass --dtype float32 for that).")
-@click.option("--num-eagle-layers", type=int, default=4, show_default=True, help="EagleNets = max tree depth.")
-@click.option("--max-draft-len", type=int, default=63, show_default=True, help="Max draft tokens per step.")
-@click.option("--max-non-leaves-per-layer", type=int, default=10, show_default=True)
+@click.option("--num-eagle-layers", type=click.IntRange(min=1), default=4, show_default=True,
+              help="EagleNets = max tree depth.")
+@click.option("--max-draft-len", type=click.IntRange(min=1), default=63, show_default=True,
+              help="Max draft tokens per step.")
+@click.option("--max-non-leaves-per-layer", type=click.IntRange(min=1), default=10, show_default=True)
 @click.option("--base-only", is_flag=True, help="Convert the base alone (LlamaForCausalLM, the comparison engine).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 def convert_cmd(base_dir, draft_dir, out_dir, tp_size, dtype, num_eagle_layers, max_draft_len,
@@ -31,25 +34,25 @@ def convert_cmd(base_dir, draft_dir, out_dir, tp_size, dtype, num_eagle_layers, 
     """
     from tqdm import tqdm
 
-    from eagle_trt.build.checkpoint import ConvertOptions, convert
-    from eagle_trt.spec import ModelSpec
+    from eagle_trt.build.checkpoint import convert
+    from eagle_trt.build_spec import BuildSpec
 
     if base_only == (draft_dir is not None):
         raise click.UsageError("pass --draft DIR, or --base-only to convert the base alone")
-    if dtype == "auto":
-        base_dtype = ModelSpec.from_dir(base_dir).torch_dtype
-        dtype = base_dtype if base_dtype in ("float16", "bfloat16") else "float16"
-        if dtype != base_dtype:
-            click.echo(f"--dtype auto: the base is {base_dtype or 'of unstated dtype'}, converting to float16 "
-                       "(TensorRT-LLM's own converter would keep float32; pass --dtype float32 for that)", err=True)
-    opts = ConvertOptions(tp_size=tp_size, dtype=dtype, num_eagle_layers=num_eagle_layers,
-                          max_draft_len=max_draft_len, max_non_leaves_per_layer=max_non_leaves_per_layer)
+    # the checkpoint holds no tree: a chain as deep as the EagleNets is the smallest tree the sizes must admit
+    spec = BuildSpec.create(base_dir, draft_dir, engine="trtllm", tree=f"chain:{num_eagle_layers}", dtype=dtype,
+                            tp_size=tp_size, num_eagle_layers=num_eagle_layers, max_draft_len=max_draft_len,
+                            max_non_leaves_per_layer=max_non_leaves_per_layer)
+    if dtype == "auto" and spec.dtype != spec.base.torch_dtype:
+        click.echo(f"--dtype auto: the base is {spec.base.torch_dtype or 'of unstated dtype'}, converting to "
+                   f"{spec.dtype} (TensorRT-LLM's own converter would keep float32; pass --dtype float32 for that)",
+                   err=True)
     bar = tqdm(desc="converting", unit="tensor")
 
     def progress(done, total, name):
         bar.total = total
         bar.update(1)
 
-    out = convert(base_dir, draft_dir, out_dir, opts, force=force, progress=progress)
+    out = convert(spec, out_dir, force=force, progress=progress)
     bar.close()
     click.echo(str(out))

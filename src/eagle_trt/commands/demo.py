@@ -16,8 +16,9 @@ DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU
 @click.command("demo")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("out/demo"),
               show_default=True, help="Where the demo bundle and report go (replaced on each run).")
-@click.option("--requests", type=int, default=8, show_default=True, help="MT-bench prompts to measure.")
-@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--requests", type=click.IntRange(min=1),
+              default=8, show_default=True, help="MT-bench prompts to measure.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--tree", default="auto", show_default=True,
               help="Runtime tree of the PyTorch engine; auto: tuned to this machine (cached after the first run).")
 @click.option("--dtype", type=click.Choice(PRECISIONS), default=DEMO_DTYPE, show_default=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from eagle_trt.perf.datasets import encode_prompt
-from eagle_trt.spec import PRECISIONS
+from eagle_trt.spec import EAGLE_MODEL, PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
 
 
@@ -53,12 +53,12 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
 @click.option("--base", "base_dir", type=click.Path(path_type=Path), help="Local mode: HF base model directory.")
 @click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="Local mode: EAGLE draft (omit: plain).")
 @click.option("--url", help="Remote mode: Triton server, e.g. http://127.0.0.1:8000 or grpc://127.0.0.1:8001.")
-@click.option("--model", default="eagle_model", show_default=True, help="Remote mode: model to call.")
+@click.option("--model", default=EAGLE_MODEL, show_default=True, help="Remote mode: model to call.")
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the base's chat template.")
-@click.option("--max-tokens", type=int, default=128, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy.")
-@click.option("--top-p", type=float, default=1.0, show_default=True)
-@click.option("--top-k", type=int, default=0, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True, help="0 = greedy.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0, min_open=True), default=1.0, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--tree", default="auto", show_default=True,
               help=f"Local mode: {TREE_ARG_HELP} | auto (tuned to this machine and draft, cached).")

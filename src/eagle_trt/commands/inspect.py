@@ -11,8 +11,7 @@ from pathlib import Path
 import click
 
 from eagle_trt.errors import EagleTrtError
-
-ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")
+from eagle_trt.spec import ENGINES
 
 
 def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> dict:

@@ -7,19 +7,29 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL
+
 
 @click.group("perf")
 def perf_group():
-    """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots."""
+    """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots.
+
+    \b
+    Example:
+      eagle-trt perf run out --requests 20 --max-tokens 128
+      eagle-trt perf compare artifacts/aiperf/eagle_model artifacts/aiperf/base_model -o report
+    """
 
 
 @perf_group.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
-@click.option("--requests", type=int, default=20, show_default=True, help="Prompts (the first N of the dataset).")
-@click.option("--max-tokens", type=int, default=128, show_default=True)
-@click.option("--warmup", type=int, default=1, show_default=True, help="Warm-up requests per model.")
+@click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Prompts (the first N of the dataset).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Warm-up requests per model.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json.")
 def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, out_dir, as_json):
@@ -59,7 +69,7 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
     from eagle_trt.perf.compare import load_run
     from eagle_trt.perf.report import build_report, summary_table, write_report
 
-    eagle, base = load_run(eagle_run, "eagle_model"), load_run(base_run, "base_model")
+    eagle, base = load_run(eagle_run, EAGLE_MODEL), load_run(base_run, BASE_MODEL)
     report = build_report(eagle, base, settings={"eagle_run": str(eagle_run), "base_run": str(base_run)})
     write_report(report, out_dir, eagle, base)
     click.echo(json.dumps(report, indent=2, default=str) if as_json else summary_table(report))

@@ -34,20 +34,24 @@ def _progress(stage: str, total):
               help="JSONL of training prompts (prompt/text/turns/ShareGPT conversations).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
 @click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
-@click.option("--max-prompts", type=int, default=512, show_default=True)
-@click.option("--gen-tokens", type=int, default=160, show_default=True, help="Answer length per prompt.")
-@click.option("--extra-prompts", type=int, default=0, show_default=True,
+@click.option("--max-prompts", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--gen-tokens", type=click.IntRange(min=1),
+              default=160, show_default=True, help="Answer length per prompt.")
+@click.option("--extra-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
-@click.option("--gen-batch-size", type=int, default=16, show_default=True,
+@click.option("--gen-batch-size", type=click.IntRange(min=1), default=16, show_default=True,
               help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy answers.")
-@click.option("--epochs", type=int, default=4, show_default=True)
-@click.option("--lr", type=float, default=1e-3, show_default=True)
-@click.option("--max-steps", type=int, default=None, help="Stop after this many steps (schedule still spans --epochs).")
-@click.option("--batch-size", type=int, default=2048, show_default=True, help="Draft rows (tokens) per step.")
-@click.option("--draft-vocab", type=int, default=32000, show_default=True,
+@click.option("--temperature", type=click.FloatRange(min=0.0),
+              default=0.0, show_default=True, help="0 = greedy answers.")
+@click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=1e-3, show_default=True)
+@click.option("--max-steps", type=click.IntRange(min=1),
+              default=None, help="Stop after this many steps (schedule still spans --epochs).")
+@click.option("--batch-size", type=click.IntRange(min=1),
+              default=2048, show_default=True, help="Draft rows (tokens) per step.")
+@click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
-@click.option("--ttt-steps", type=int, default=7, show_default=True,
+@click.option("--ttt-steps", type=click.IntRange(min=1), default=7, show_default=True,
               help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
@@ -74,11 +78,6 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     from eagle_trt.train.eagle3 import Eagle3TrainConfig
     from eagle_trt.train.pipeline import TrainRequest, run
 
-    for name, value in (("--max-prompts", max_prompts), ("--gen-tokens", gen_tokens), ("--epochs", epochs),
-                        ("--batch-size", batch_size), ("--gen-batch-size", gen_batch_size),
-                        ("--draft-vocab", draft_vocab), ("--ttt-steps", ttt_steps)):
-        if value < 1:
-            raise EagleTrtError(f"{name} must be >= 1, got {value}", f"pass a positive {name}")
     if device == "cuda":
         import torch
 

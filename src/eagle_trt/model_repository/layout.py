@@ -22,21 +22,23 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+from eagle_trt.backend import BackendContract, backend_contract
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository import configs as C
-from eagle_trt.model_repository.backend import BackendContract, backend_contract
 from eagle_trt.load_policy import PLAIN, resolve_load_policy
+from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.configs import ServingOptions
+from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, ENGINES
 
 log = logging.getLogger(__name__)
 
-ENSEMBLES = {"eagle_model": "eagle_engine", "base_model": "base_engine"}
+ENSEMBLES = {EAGLE_MODEL: "eagle_engine", BASE_MODEL: "base_engine"}
 # the LLM-API python model as the TensorRT-LLM Triton container ships it (model.py imports helpers.py beside it)
 LLMAPI_MODEL_DIR = Path("/app/all_models/llmapi/tensorrt_llm/1")
 LLMAPI_MODEL_FILES = ("model.py", "helpers.py")
 
 
-def write_model_repository(spec, repo_dir: str | Path, *, bundle_dir: str | Path,
+def write_model_repository(spec: BuildSpec, repo_dir: str | Path, *, bundle_dir: str | Path,
                            options: ServingOptions | None = None) -> list[str]:
     """Write every model of the repository; returns the model names. `bundle_dir` is the bundle's final path
     (engine directories and the spec are referenced by absolute path from there)."""
@@ -59,7 +61,8 @@ def write_model_repository(spec, repo_dir: str | Path, *, bundle_dir: str | Path
     return sorted(configs)
 
 
-def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict[str, dict], dict[str, object]]:
+def model_configs(spec: BuildSpec, bundle_dir: Path,
+                  options: ServingOptions) -> tuple[dict[str, dict], dict[str, object]]:
     """(model name -> config fields, relative path -> file text or source Path) for the spec's engine kind."""
     if spec.engine == "vllm":
         return _vllm(spec)
@@ -69,13 +72,16 @@ def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict
     }
     files: dict[str, object] = {
         "preprocessing/1/model.py": python_model_source("preprocessing.py"),
+        "preprocessing/1/model_params.py": python_model_source("model_params.py"),
         "postprocessing/1/model.py": python_model_source("postprocessing.py"),
+        "postprocessing/1/model_params.py": python_model_source("model_params.py"),
     }
     for ensemble_name, engine_name in ENSEMBLES.items():
-        speculative = ensemble_name == "eagle_model" and spec.draft is not None
+        speculative = ensemble_name == EAGLE_MODEL and spec.draft is not None
         if spec.engine == "pytorch":
             configs[engine_name] = python_engine_config(spec, options, engine_name, speculative)
             files[f"{engine_name}/1/model.py"] = python_model_source("engine.py")
+            files[f"{engine_name}/1/model_params.py"] = python_model_source("model_params.py")
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
         elif spec.engine == "trtllm":
             engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
@@ -91,10 +97,11 @@ def model_configs(spec, bundle_dir: Path, options: ServingOptions) -> tuple[dict
                 files.update({f"{engine_name}/1/{f}": LLMAPI_MODEL_DIR / f for f in LLMAPI_MODEL_FILES})
             files[f"{engine_name}/1/README.md"] = _LLMAPI_README
         else:
-            raise EagleTrtError(f"unknown engine kind {spec.engine!r}", "use pytorch, trtllm, llmapi or vllm")
+            raise EagleTrtError(f"unknown engine kind {spec.engine!r}", f"use one of {', '.join(ENGINES)}")
     if spec.engine == "llmapi":  # the LLM-API path has its own tokenizer inside the model
         del configs["preprocessing"], configs["postprocessing"]
-        del files["preprocessing/1/model.py"], files["postprocessing/1/model.py"]
+        for name in ("preprocessing", "postprocessing"):
+            del files[f"{name}/1/model.py"], files[f"{name}/1/model_params.py"]
     return configs, files
 
 
@@ -103,7 +110,7 @@ def python_model_source(filename: str) -> Path:
 
 
 # ---- text models ------------------------------------------------------------------------------------------------
-def preprocessing_config(spec, options: ServingOptions) -> dict:
+def preprocessing_config(spec: BuildSpec, options: ServingOptions) -> dict:
     return C.python_model(
         "preprocessing", spec.max_batch_size, C.inputs(C.PREPROCESSING_INPUTS), C.outputs(C.PREPROCESSING_OUTPUTS),
         {
@@ -118,7 +125,7 @@ def preprocessing_config(spec, options: ServingOptions) -> dict:
     )
 
 
-def postprocessing_config(spec, options: ServingOptions) -> dict:
+def postprocessing_config(spec: BuildSpec, options: ServingOptions) -> dict:
     return C.python_model(
         "postprocessing", spec.max_batch_size, C.inputs(C.POSTPROCESSING_INPUTS), C.outputs(C.POSTPROCESSING_OUTPUTS),
         {"tokenizer_dir": spec.base.path, "skip_special_tokens": True},
@@ -126,7 +133,7 @@ def postprocessing_config(spec, options: ServingOptions) -> dict:
     )
 
 
-def text_ensemble_config(spec, name: str, engine_name: str, *, stream_key: bool,
+def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream_key: bool,
                          contract: BackendContract | None = None) -> dict:
     """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing. `contract` (trtllm) names the
     backend's seed input and says whether perf metrics and acceptance outputs exist; None: our engine has all."""
@@ -170,7 +177,7 @@ _ACCEPTANCE_NAMES = {out[0] for out in C.ACCEPTANCE_OUTPUTS}
 
 
 # ---- engine models ----------------------------------------------------------------------------------------------
-def python_engine_config(spec, options: ServingOptions, name: str, speculative: bool) -> dict:
+def python_engine_config(spec: BuildSpec, options: ServingOptions, name: str, speculative: bool) -> dict:
     """Our runtime in a decoupled python model; eagle_engine and base_engine share model.py."""
     engine_inputs = C.inputs(C.ENGINE_INPUTS + (C.STREAM_KEY_INPUT,))
     engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS)
@@ -193,10 +200,10 @@ def python_engine_config(spec, options: ServingOptions, name: str, speculative: 
     )
 
 
-def trtllm_engine_config(spec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool,
+def trtllm_engine_config(spec: BuildSpec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool,
                          contract: BackendContract) -> dict:
     """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1), its tensors as the targeted
-    backend release names them (model_repository.backend)."""
+    backend release names them (eagle_trt.backend)."""
     parameters = {
         "max_beam_width": 1,
         "FORCE_CPU_ONLY_INPUT_TENSORS": "no",
@@ -289,7 +296,7 @@ def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
     return C.ensemble(name, 0, ins, C.outputs(t for t in C.ENSEMBLE_OUTPUTS if t != C.OUTPUT_TOKEN_COUNT), steps)
 
 
-def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
+def _vllm(spec: BuildSpec) -> tuple[dict[str, dict], dict[str, object]]:
     """vLLM backend layout of Triton's speculative-decoding tutorial (Feature_Guide/Speculative_Decoding/vLLM), with
     vLLM's current `speculative_config` (the top-level speculative_model keys went in vllm-project/vllm#15466);
     vLLM drafts a chain of num_speculative_tokens = our chain:N."""
@@ -298,7 +305,7 @@ def _vllm(spec) -> tuple[dict[str, dict], dict[str, object]]:
         configs[name] = {"name": name, "backend": "vllm", "instance_group": C.instance_group("KIND_MODEL", 1)}
         model = {"model": str(spec.base.path), "dtype": spec.dtype, "max_model_len": spec.max_seq_len,
                  "tensor_parallel_size": spec.tp_size}
-        if name == "eagle_model" and spec.draft is not None:
+        if name == EAGLE_MODEL and spec.draft is not None:
             model["speculative_config"] = {
                 "method": "eagle3" if spec.draft_format == "eagle3" else "eagle", "model": str(spec.draft.path),
                 "num_speculative_tokens": spec.runtime_tree_config.max_draft_tokens, "draft_tensor_parallel_size": 1}

@@ -1,7 +1,7 @@
 """Runtime benchmark: plain vs EAGLE decoding with the PyTorch runtime on a prompt set (greedy), per tree setting:
 tok/s, speedup, mean accepted length, acceptance rate, draft/verify time split. Prints a table, writes JSON.
 
-    python -m eagle_trt.perf.bench_runtime --base B --draft D --trees chain:3,dynamic:4,4,12 --prompts 10
+    eagle-trt bench --base B --draft D --trees "chain:3;dynamic:4,4,12" --prompts 10
 """
 
 from __future__ import annotations
@@ -152,12 +152,3 @@ def format_table(result: dict) -> str:
                      f"({r['identical_prompts']}/{n}) |")
     return "\n".join(lines)
 
-
-def main(argv=None) -> None:
-    from eagle_trt.commands.bench import bench_cmd
-
-    bench_cmd.main(args=argv, standalone_mode=True)
-
-
-if __name__ == "__main__":
-    main()

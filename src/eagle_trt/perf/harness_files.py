@@ -7,11 +7,11 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from eagle_trt.model_repository.backend import acceptance_figures
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
+from eagle_trt.spec import MODELS
 
 DEFAULT_MAX_TOKENS = 256
-MODELS = ("eagle_model", "base_model")
 
 
 def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: int, url: str = "localhost:8001",
@@ -43,7 +43,7 @@ def _perf_metrics_input(perf_metrics: bool) -> list[str]:
     return ["--extra-inputs", "return_perf_metrics:true"] if perf_metrics else []
 
 
-def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> Path:
+def write_perf_files(spec: BuildSpec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) -> Path:
     perf = Path(out_dir) / "perf"
     perf.mkdir(parents=True, exist_ok=True)
     mt = mtbench_prompts()
@@ -63,7 +63,7 @@ def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) 
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}']
     for model in MODELS:
         cmd = genai_perf_command(model, "${DATASET}.genai_perf.jsonl", tokenizer, max_tokens,
-                                 perf_metrics=acceptance_figures(spec))
+                                 perf_metrics=spec.acceptance_figures)
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "genai_perf.sh", lines)
     lines = ["#!/usr/bin/env bash", "# AIPerf (pip install aiperf==0.13.0 + our plugin: pip install --no-deps",
@@ -73,7 +73,7 @@ def write_perf_files(spec, out_dir: Path, max_tokens: int = DEFAULT_MAX_TOKENS) 
              'URL=${URL:-http://127.0.0.1:8000}']
     for model in MODELS:
         cmd = aiperf_command(model, "${DATASET}.aiperf.jsonl", tokenizer, url="${URL}",
-                             perf_metrics=acceptance_figures(spec))
+                             perf_metrics=spec.acceptance_figures)
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "aiperf.sh", lines)
     (perf / "README.md").write_text(

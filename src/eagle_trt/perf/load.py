@@ -13,7 +13,6 @@ from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository.backend import acceptance_figures
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
 from eagle_trt.perf.datasets import load_dataset, write_aiperf_input
 from eagle_trt.perf.run import MODELS, bundle_server
@@ -55,7 +54,7 @@ def run_load(req: LoadRequest, echo=print) -> dict:
             def one(model, tag, level=level, n=n, input_file=input_file):
                 return run_aiperf(model, url, input_file, spec.base.path, n, min(level, 2), run_dir / f"{tag}-{model}",
                                   run_dir / f"{tag}-{model}.log", cumulative=spec.engine == "llmapi",
-                                  perf_metrics=acceptance_figures(spec), concurrency=level)
+                                  perf_metrics=spec.acceptance_figures, concurrency=level)
 
             for model in MODELS:
                 echo(f"AIPerf: {model} at concurrency {level}, {n} requests x {req.max_tokens} tokens ...")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eagle_trt.spec import MODELS
+
 
 def write_plots(report: dict, eagle, base, out_dir: Path) -> list[Path]:
     import matplotlib
@@ -23,7 +25,7 @@ def write_plots(report: dict, eagle, base, out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     values = [report["eagle"]["output_token_throughput"] or 0, report["base"]["output_token_throughput"] or 0]
-    ax.bar(["eagle_model", "base_model"], values, color=["#2a7", "#888"])
+    ax.bar(list(MODELS), values, color=["#2a7", "#888"])
     ax.set_ylabel("output tokens/s (concurrency 1)")
     speedup = report["speedup"]
     ax.set_title(f"speedup {speedup:.2f}x" if speedup else "throughput")

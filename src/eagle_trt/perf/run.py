@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
+from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, MODELS
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository.backend import acceptance_figures
 from eagle_trt.perf.aiperf_run import run_aiperf
 from eagle_trt.perf.datasets import load_dataset, write_aiperf_input
 from eagle_trt.perf.report import build_report, write_report
 
-MODELS = ("eagle_model", "base_model")
 
 
 @dataclass(frozen=True)
@@ -48,16 +47,16 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
             results[model] = run_aiperf(model, url, input_file, spec.base.path, len(prompts), req.warmup,
                                         run_dir / model, run_dir / f"{model}.aiperf.log",
                                         cumulative=spec.engine == "llmapi",
-                                        perf_metrics=acceptance_figures(spec))
+                                        perf_metrics=spec.acceptance_figures)
             echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "concurrency": 1, "temperature": 0.0, "streaming": True,
                 "engine": spec.engine, "runtime_tree": spec.runtime_tree, "dtype": spec.dtype, "device": spec.device,
-                "acceptance_figures": acceptance_figures(spec),
+                "acceptance_figures": spec.acceptance_figures,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}
-    report = build_report(results["eagle_model"], results["base_model"], categories=categories, settings=settings)
-    write_report(report, out_dir, results["eagle_model"], results["base_model"])
+    report = build_report(results[EAGLE_MODEL], results[BASE_MODEL], categories=categories, settings=settings)
+    write_report(report, out_dir, results[EAGLE_MODEL], results[BASE_MODEL])
     return report
 
 

@@ -17,17 +17,13 @@ NS, LS, BATCHES = (8, 16, 32, 64), (512, 2048, 8192), (1, 8)
 
 
 def _inputs(torch, batch, n, prefix, hq, hkv, d, dtype, device):
-    from eagle_trt.tree import pack_mask
+    from eagle_trt.tree import ancestor_mask, pack_mask
     import numpy as np
 
     rng = np.random.default_rng(0)
     parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
-    mask = np.zeros((n, n), dtype=bool)
-    for i in range(n):
-        mask[i, i] = True
-        if i:
-            mask[i] |= mask[parents[i]]
-    packed = torch.from_numpy(np.tile(pack_mask(mask), (batch, 1))).to(device)
+    mask = ancestor_mask(parents)  # [n, n] bool
+    packed = torch.from_numpy(np.tile(pack_mask(mask), (batch, 1))).to(device)  # [B*n, W]
     q = torch.randn(batch * n, hq, d, dtype=dtype, device=device)
     k = torch.randn(batch, hkv, prefix + n, d, dtype=dtype, device=device)
     v = torch.randn_like(k)

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import torch
 
+from eagle_trt.errors import EagleTrtError, missing_extra
+
+HEAD_DIMS = (16, 32, 64, 128, 256)  # head dims the kernel is compiled for
+
 try:  # triton is optional (extra "kernels"); import errors surface when the kernel is used
     import triton
     import triton.language as tl
@@ -100,18 +104,11 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     Returns [total_q, Hq, D] in q's dtype.
     """
     if triton is None:
-        raise RuntimeError("the tree-attention kernel needs triton: pip install 'eagle-trt[kernels]'")
+        raise missing_extra("triton", "kernels")
     total_q, hq, d = q.shape
     hkv = k.shape[1]
-    assert q.dtype == k.dtype == v.dtype, f"q/k/v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}"
-    assert hq % hkv == 0, f"{hq} query heads are not a multiple of {hkv} KV heads"
-    assert d in (16, 32, 64, 128, 256), f"head dim {d} not supported"
-    assert k.shape == v.shape and k.shape[-1] == d, f"k {tuple(k.shape)} / v {tuple(v.shape)} / head dim {d}"
-    assert packed_mask.dtype == torch.int32 and packed_mask.shape[0] == total_q, "packed_mask must be [total_q, W]"
-    assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1, "last dimension must be contiguous"
-    assert k.stride() == v.stride(), "k and v must share a layout"
     batch = prefix_lens.shape[0]
-    assert cu_q.shape[0] == batch + 1, "cu_q must have B+1 entries"
+    _check_inputs(q, k, v, packed_mask, cu_q, batch)
     if max_tree_len is None:
         max_tree_len = int((cu_q[1:] - cu_q[:-1]).max())
     group = hq // hkv
@@ -131,3 +128,28 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
         PAGED=paged, PAGE=k.shape[2] if paged else 1,
     )
     return out
+
+
+def _check_inputs(q, k, v, packed_mask, cu_q, batch: int) -> None:
+    """Every layout rule of the kernel's inputs, each one as an EagleTrtError naming the value."""
+    (total_q, hq, d), hkv = q.shape, k.shape[1]
+    rules = [
+        (q.dtype == k.dtype == v.dtype, f"q/k/v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}",
+         "cast q, k and v to one dtype"),
+        (hq % hkv == 0, f"{hq} query heads are not a multiple of {hkv} KV heads", "pass a GQA layout"),
+        (d in HEAD_DIMS, f"head dim {d} is not supported", f"use a head dim in {HEAD_DIMS}"),
+        (k.shape == v.shape and k.shape[-1] == d, f"k {tuple(k.shape)} / v {tuple(v.shape)} / head dim {d}",
+         "k and v must be [B, Hkv, S, D] (or paged) with q's head dim"),
+        (packed_mask.dtype == torch.int32 and packed_mask.shape[0] == total_q,
+         f"packed_mask is {packed_mask.dtype} {tuple(packed_mask.shape)}, not int32 [{total_q}, W]",
+         "pack the tree mask with eagle_trt.tree.pack_mask"),
+        (q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1, "the last dimension is not contiguous",
+         "call .contiguous() on q, k and v"),
+        (k.stride() == v.stride(), "k and v do not share a layout", "allocate k and v alike"),
+        (cu_q.shape[0] == batch + 1, f"cu_q has {cu_q.shape[0]} entries for {batch} sequences",
+         "cu_q needs B+1 cumulative offsets"),
+    ]
+    for ok, message, hint in rules:
+        if not ok:
+            raise EagleTrtError(f"tree_attention: {message}", hint)
+

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from eagle_trt.runtime.draft import DraftHead
-from eagle_trt.tree import Tree
+from eagle_trt.tree import Tree, ancestor_mask
 
 
 @dataclass
@@ -33,16 +33,12 @@ class DraftTree:
     @classmethod
     def from_parents(cls, tokens: torch.Tensor, parents: list[int], device) -> DraftTree:
         n = len(parents)
-        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask = torch.from_numpy(ancestor_mask(parents))  # [n, n] bool
         depths = [0] * n
         children: list[list[int]] = [[] for _ in range(n)]
-        mask[0, 0] = True
         for i in range(1, n):
-            p = parents[i]
-            mask[i] = mask[p]
-            mask[i, i] = True
-            depths[i] = depths[p] + 1
-            children[p].append(i)
+            depths[i] = depths[parents[i]] + 1
+            children[parents[i]].append(i)
         return cls(tokens, parents, torch.tensor(depths, device=device), mask.to(device), children)
 
 

@@ -21,7 +21,7 @@ from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, re
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import TreeConfig, parse_tree_arg
+from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, parse_tree_arg
 
 
 @dataclass
@@ -118,7 +118,7 @@ class EagleEngine:
             draft.setup_cache(room + tree.max_draft_tokens + 2)
 
     @classmethod
-    def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = "dynamic:5,8,48",
+    def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = DEFAULT_RUNTIME_TREE,
              device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None,
              draft_vocab: int | None = None) -> EagleEngine:
         """dtype: float32 | float16 | bfloat16 | int8 (CPU: int8 linears, runtime.fast); draft_vocab: FR-Spec size

@@ -79,14 +79,14 @@ def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
     return model.eval().requires_grad_(False)
 
 
-def draft_args(spec: DraftSpec, base: ModelSpec) -> LlamaArgs:
-    return LlamaArgs(1, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim,
-                     spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta, None, False)
+def draft_args(spec: DraftSpec) -> LlamaArgs:
+    """The draft layer's shape: one decoder layer of the draft's dims, untied, without RoPE scaling."""
+    return LlamaArgs(**spec.dims(), num_hidden_layers=1, rms_norm_eps=spec.rms_norm_eps, rope_theta=spec.rope_theta)
 
 
 def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> DraftHead:
     """An un-initialised draft head of the right shape (weights on the meta device if base is None)."""
-    args = draft_args(spec, base_spec)
+    args = draft_args(spec)
     embed = base.embed_tokens if base is not None else torch.nn.Embedding(spec.vocab_size, spec.hidden_size)
     if spec.format == "eagle1":
         lm_head = base.lm_head if base is not None else torch.nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)

@@ -16,26 +16,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eagle_trt.errors import EagleTrtError
+from eagle_trt.spec import LayerDims, ModelSpec, rope_scaling_kind, rope_scaling_problem
+from eagle_trt.tree import pack_mask
+
 
 @dataclass(frozen=True)
-class LlamaArgs:
+class LlamaArgs(LayerDims):
+    """What the runtime's Llama (and a draft layer) is built from."""
+
     num_hidden_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None
     tie_word_embeddings: bool = False
 
     @classmethod
-    def from_spec(cls, spec) -> LlamaArgs:
-        return cls(spec.num_hidden_layers, spec.hidden_size, spec.num_attention_heads, spec.num_key_value_heads,
-                   spec.head_dim, spec.intermediate_size, spec.vocab_size, spec.rms_norm_eps, spec.rope_theta,
-                   spec.rope_scaling, spec.tie_word_embeddings)
+    def from_spec(cls, spec: ModelSpec) -> LlamaArgs:
+        return cls(**spec.dims(), num_hidden_layers=spec.num_hidden_layers, rms_norm_eps=spec.rms_norm_eps,
+                   rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
+                   tie_word_embeddings=spec.tie_word_embeddings)
 
     @property
     def eagle3_layers(self) -> tuple[int, int, int]:
@@ -49,7 +49,10 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     if not scaling:
         return inv
-    kind = scaling.get("rope_type", scaling.get("type"))
+    problem = rope_scaling_problem(scaling)
+    if problem:
+        raise EagleTrtError(f"cannot build RoPE: {problem}", "use a base with default, linear or llama3 RoPE scaling")
+    kind = rope_scaling_kind(scaling)
     if kind == "linear":
         return inv / float(scaling["factor"])
     if kind == "llama3":
@@ -60,9 +63,7 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch
         scaled = torch.where(wavelen > old_ctx / low, inv / factor, inv)
         mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
         return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
-    if kind in (None, "default"):
-        return inv
-    raise ValueError(f"unsupported rope_scaling type {kind!r}")
+    return inv  # None or "default"
 
 
 class RMSNorm(nn.Module):
@@ -105,8 +106,7 @@ class PackedTreeMask:
     TRT-LLM packed bitmask [T, ceil(T/32)] int32, so the tree-attention kernel can run it."""
 
     start: int
-    packed: torch.Tensor
-    dense: torch.Tensor  # [T, start+T] bool, for the fallback
+    packed: torch.Tensor  # [T, ceil(T/32)] int32
 
 
 @dataclass(frozen=True)
@@ -155,18 +155,6 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         scores[..., -t:].masked_fill_(~mask[:, -t:], float("-inf"))  # the block's own columns
     probs = torch.softmax(scores, dim=-1).view(kv_heads, group * t, -1)
     return torch.matmul(probs, v.double()).view(heads, t, d).float()  # [heads, T, D]
-
-
-def pack_mask_torch(mask: torch.Tensor) -> torch.Tensor:
-    """[T, T] bool -> [T, ceil(T/32)] int32 (bit j of word j//32, LSB first), on mask's device."""
-    t = mask.shape[1]
-    words = (t + 31) // 32
-    padded = torch.zeros(mask.shape[0], words * 32, dtype=torch.int64, device=mask.device)
-    padded[:, :t] = mask.to(torch.int64)
-    weights = torch.bitwise_left_shift(torch.ones(32, dtype=torch.int64, device=mask.device),
-                                       torch.arange(32, device=mask.device))
-    packed = (padded.view(mask.shape[0], words, 32) * weights).sum(-1)
-    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
@@ -346,7 +334,8 @@ class Llama(nn.Module):
         if self.batch_invariant:
             mask = ExactMask(mask)
         if call.tree_mask is not None and x.is_cuda and use_tree_kernel():
-            mask = PackedTreeMask(call.start, pack_mask_torch(call.tree_mask), mask)
+            packed = torch.from_numpy(pack_mask(call.tree_mask.cpu().numpy())).to(x.device)  # [T, ceil(T/32)] int32
+            mask = PackedTreeMask(call.start, packed)
         return mask
 
     def new_cache(self, max_len: int) -> KVCache:

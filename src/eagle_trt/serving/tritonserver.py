@@ -28,10 +28,11 @@ import urllib.request
 from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.spec import MODELS
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODELS = ("eagle_model", "base_model")
+DEFAULT_MODELS = MODELS
 NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory")  # harmless log lines on a machine without a GPU
 EXIT_TIMEOUT_S = 10  # on stop, Triton waits this long for requests in flight
 CACHE_DIR = Path(os.environ.get("EAGLE_TRT_CACHE", Path.home() / ".cache" / "eagle-trt"))

@@ -8,7 +8,6 @@ CPU. Every position with a next feature trains (answers and prompts alike: the t
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
 
@@ -17,20 +16,14 @@ import torch.nn.functional as F
 
 from eagle_trt.runtime.draft import Eagle1Draft
 from eagle_trt.runtime.model import KVCache, Rope
+from eagle_trt.train.loop import LoopConfig, pack, train_loop
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 4
-    lr: float = 1e-3
-    chunk_tokens: int = 2048  # rows per packed step ("batch size" in tokens)
+class TrainConfig(LoopConfig):
     noise: float = 0.2  # uniform noise width, relative to the feature RMS
     weight_reg: float = 1.0
     weight_ce: float = 0.1
-    grad_clip: float = 0.5
-    warmup_steps: int = 20
-    seed: int = 0
-    max_steps: int | None = None  # stop early (the LR schedule still spans all epochs)
 
 
 def init_from_identity(draft: Eagle1Draft, std: float = 0.02) -> None:
@@ -47,25 +40,6 @@ def init_from_identity(draft: Eagle1Draft, std: float = 0.02) -> None:
                 p.fill_(1.0)
             else:
                 p.normal_(0, std)
-
-
-def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[list[dict]]:
-    """Group records into chunks of at most chunk_tokens draft rows (long records are cut)."""
-    order = records[:]
-    rng.shuffle(order)
-    chunks, cur, size = [], [], 0
-    for rec in order:
-        n = min(len(rec["input_ids"]) - 1, chunk_tokens)
-        if n < 2:
-            continue
-        if size + n > chunk_tokens and cur:
-            chunks.append(cur)
-            cur, size = [], 0
-        cur.append(rec)
-        size += n
-    if cur:
-        chunks.append(cur)
-    return chunks
 
 
 def chunk_tensors(chunk: list[dict], chunk_tokens: int):
@@ -120,39 +94,14 @@ def train_eagle1(draft: Eagle1Draft, lm_head_weight: torch.Tensor, records: list
                  on_step=None, state: dict | None = None) -> dict:
     """Train in place. Returns a summary (steps, last losses). `on_step(step, total, metrics)` reports progress
     and may save checkpoints; `state` resumes optimizer/step from a checkpoint."""
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)
     head_rows = lm_head_weight[vocab_subset(records, lm_head_weight.shape[0])].detach()
     params = [p for n, p in draft.named_parameters() if not n.startswith(("embed_tokens", "lm_head"))]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    plans = [pack(records, cfg.chunk_tokens, rng) for _ in range(cfg.epochs)]
-    total = sum(len(p) for p in plans)
-    step = 0
-    if state:
-        opt.load_state_dict(state["optimizer"])
-        step = state["step"]
-    metrics = {}
-    draft.train()
-    flat = [c for plan in plans for c in plan]
-    for chunk in flat[step: cfg.max_steps]:
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / max(total, 1)))
-        for group in opt.param_groups:
-            group["lr"] = lr
-        batch = chunk_tensors(chunk, cfg.chunk_tokens)
-        loss, reg, ce, acc = losses(draft, head_rows, batch, cfg, noise=True)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        step += 1
-        metrics = {"loss": loss.item(), "reg": reg, "ce": ce, "top1": acc, "lr": lr}
-        if on_step is not None:
-            on_step(step, total, metrics, opt)
-    draft.eval().requires_grad_(False)
-    draft.cache = draft.rope = None
-    return {"steps": step, **metrics}
+
+    def step_loss(chunk):
+        loss, reg, ce, acc = losses(draft, head_rows, chunk_tensors(chunk, cfg.chunk_tokens), cfg, noise=True)
+        return loss, {"reg": reg, "ce": ce, "top1": acc}
+
+    return train_loop(draft, params, records, cfg, step_loss, on_step=on_step, state=state)
 
 
 @torch.no_grad()

@@ -20,20 +20,13 @@ import torch.nn.functional as F
 
 from eagle_trt.runtime.draft import Eagle3Draft
 from eagle_trt.runtime.model import Llama, Rope, apply_rope
-from eagle_trt.train.eagle1 import pack
+from eagle_trt.train.loop import LoopConfig, pack, train_loop
 
 
 @dataclass(frozen=True)
-class Eagle3TrainConfig:
-    epochs: int = 4
-    lr: float = 1e-3
-    chunk_tokens: int = 2048
+class Eagle3TrainConfig(LoopConfig):
     ttt_steps: int = 7  # unrolled draft steps (the reference's `length`)
     step_decay: float = 0.8
-    grad_clip: float = 0.5
-    warmup_steps: int = 20
-    seed: int = 0
-    max_steps: int | None = None
 
 
 def draft_vocabulary(records: list[dict], vocab_size: int, size: int) -> torch.Tensor:
@@ -184,38 +177,15 @@ def train_eagle3(draft: Eagle3Draft, lm_head_weight: torch.Tensor, t2d: torch.Te
                  cfg: Eagle3TrainConfig, on_step=None, state: dict | None = None) -> dict:
     """Train in place (embeddings frozen; fc, midlayer, norm and lm_head learn). Same callback/resume contract as
     `train_eagle1`."""
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)
     used = (draft.d2t + torch.arange(draft.d2t.numel(), device=draft.d2t.device)).detach()
     head_rows = lm_head_weight[used].detach()
     params = [p for n, p in draft.named_parameters() if not n.startswith("embed_tokens")]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    plans = [pack(records, cfg.chunk_tokens, rng) for _ in range(cfg.epochs)]
-    flat = [c for plan in plans for c in plan]
-    total, step = len(flat), 0
-    if state:
-        opt.load_state_dict(state["optimizer"])
-        step = state["step"]
-    metrics = {}
-    draft.train()
-    for chunk in flat[step: cfg.max_steps]:
-        lr = cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / max(total, 1)))
-        for group in opt.param_groups:
-            group["lr"] = lr
+
+    def step_loss(chunk):
         loss, accs = ttt_losses(draft, head_rows, t2d, chunk_tensors(chunk, cfg.chunk_tokens, cfg.ttt_steps), cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        step += 1
-        metrics = {"loss": loss.item(), "top1": accs[0], "top1_per_step": accs, "lr": lr}
-        if on_step is not None:
-            on_step(step, total, metrics, opt)
-    draft.eval().requires_grad_(False)
-    draft.cache = draft.rope = None
-    return {"steps": step, **metrics}
+        return loss, {"top1": accs[0], "top1_per_step": accs}
+
+    return train_loop(draft, params, records, cfg, step_loss, on_step=on_step, state=state)
 
 
 @torch.no_grad()

@@ -20,16 +20,21 @@ def eagle1_state_dict(draft: Eagle1Draft, dtype=torch.float16) -> dict[str, torc
     return {theirs: params[ours].detach().to(dtype).contiguous() for ours, theirs in names.items() if ours in params}
 
 
-def eagle1_config(base: ModelSpec, draft: Eagle1Draft, record: dict) -> dict:
+def _draft_config(base: ModelSpec, draft: Eagle1Draft | Eagle3Draft, record: dict, **extra) -> dict:
+    """config.json of a trained one-layer draft (Llama keys), with the format's own keys in `extra`."""
     a = draft.args
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden_size,
         "intermediate_size": a.intermediate_size, "num_hidden_layers": 1, "num_attention_heads": a.num_attention_heads,
         "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
         "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
-        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, "bias": draft.fc.bias is not None,
+        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, **extra,
         "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
     }
+
+
+def eagle1_config(base: ModelSpec, draft: Eagle1Draft, record: dict) -> dict:
+    return _draft_config(base, draft, record, bias=draft.fc.bias is not None)
 
 
 def eagle3_state_dict(draft: Eagle3Draft, t2d: torch.Tensor, dtype=torch.float16) -> dict[str, torch.Tensor]:
@@ -46,15 +51,7 @@ def eagle3_state_dict(draft: Eagle3Draft, t2d: torch.Tensor, dtype=torch.float16
 
 def eagle3_config(base: ModelSpec, draft: Eagle3Draft, record: dict) -> dict:
     """The training config layout of SafeAILab's traineagle3 (LlamaForCausalLM + draft_vocab_size)."""
-    a = draft.args
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden_size,
-        "intermediate_size": a.intermediate_size, "num_hidden_layers": 1, "num_attention_heads": a.num_attention_heads,
-        "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
-        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, "draft_vocab_size": draft.lm_head.weight.shape[0],
-        "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
-    }
+    return _draft_config(base, draft, record, draft_vocab_size=draft.lm_head.weight.shape[0])
 
 
 def save_draft(out: Path, state: dict[str, torch.Tensor], config: dict, readme: str | None = None,

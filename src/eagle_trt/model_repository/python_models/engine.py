@@ -23,23 +23,12 @@ Copied as model_repository/{eagle_engine,base_engine}/1/model.py.
 import json
 import os
 import queue
-import sys
 import threading
 from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-
-
-def _honor_pythonpath():
-    """Triton's python backend stub runs Python isolated (sys.flags.isolated: PYTHONPATH ignored), so a server
-    started with PYTHONPATH (a source checkout, the tests) would import the venv's installed eagle_trt instead;
-    put PYTHONPATH's entries first, as a plain `python` does."""
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    sys.path[:0] = [e for e in entries if e not in sys.path]
-
-
-_honor_pythonpath()
+from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
 
 
 MAX_CANCELLED_KEYS = 4096  # remembered cancelled stream keys (oldest dropped first)
@@ -128,28 +117,24 @@ class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.runtime import EagleEngine
 
-        config = json.loads(args["model_config"])
-        param = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        for key in ("base_dir", "draft_dir"):
-            if param.get(key) and not os.path.isdir(param[key]):
-                raise pb_utils.TritonModelException(
-                    f"{key} {param[key]!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle "
-                    "was built from a model directory that has moved: rebuild it with `eagle-trt build`")
+        param = parameters(args)
         if param.get("device", "cpu") == "cpu":
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             import torch
 
             torch.set_num_threads(self.threads)
         self.engine = EagleEngine.load(
-            param["base_dir"], draft_dir=param.get("draft_dir") or None, tree=param["tree"],
+            local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
+            tree=param["tree"],
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
-        from eagle_trt.runtime.batching import Batcher, LoadPolicy
+        from eagle_trt.load_policy import LoadPolicy
+        from eagle_trt.runtime.batching import Batcher
 
         policy = param.get("load_policy") or param["tree"]
-        self.batcher = Batcher(self.engine, max(1, int(config.get("max_batch_size") or 1)),
+        self.batcher = Batcher(self.engine, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
                                LoadPolicy.parse(policy if param.get("draft_dir") else "none"))
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)

@@ -10,25 +10,13 @@ response's tokens are decoded on their own. OUTPUT_TOKEN_COUNT says how many tok
 ensemble's output_token_count; OpenAI's usage adds them up). Copied as model_repository/postprocessing/1/model.py.
 """
 
-import json
-import os
-import sys
 import threading
 from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
 
-
-def _honor_pythonpath():
-    """Triton's python backend stub runs Python isolated (sys.flags.isolated: PYTHONPATH ignored), so a server
-    started with PYTHONPATH (a source checkout, the tests) would import the venv's installed eagle_trt instead;
-    put PYTHONPATH's entries first, as a plain `python` does."""
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    sys.path[:0] = [e for e in entries if e not in sys.path]
-
-
-_honor_pythonpath()
 
 MAX_OPEN_STREAMS = 4096  # state of streams whose final response never came (cancelled) is dropped oldest-first
 PREFIX_WINDOW = 6  # tokens of context decoded before the new ones (enough for merges and leading spaces)
@@ -73,24 +61,11 @@ class IncrementalDetokenizer:
         return delta
 
 
-def local_dir(param: dict, key: str) -> str:
-    """A directory named by a config parameter; a clear load error when it is gone."""
-    import os
-
-    path = param.get(key, "")
-    if not os.path.isdir(path):
-        raise pb_utils.TritonModelException(
-            f"{key} {path!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle was built "
-            "from a model directory that has moved: rebuild it with `eagle-trt build`")
-    return path
-
-
 class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
 
-        config = json.loads(args["model_config"])
-        param = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        param = parameters(args)
         tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
                                                   local_files_only=True)
         self.detok = IncrementalDetokenizer(tokenizer, param.get("skip_special_tokens", "true") == "true")

@@ -22,6 +22,7 @@ import random
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
 
 from eagle_trt import request_rules as rules
 from eagle_trt.errors import EagleTrtError
@@ -60,24 +61,11 @@ def pack_stop_words(sequences) -> np.ndarray:
     return packed
 
 
-def local_dir(param: dict, key: str) -> str:
-    """A directory named by a config parameter; a clear load error when it is gone."""
-    import os
-
-    path = param.get(key, "")
-    if not os.path.isdir(path):
-        raise pb_utils.TritonModelException(
-            f"{key} {path!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle was built "
-            "from a model directory that has moved: rebuild it with `eagle-trt build`")
-    return path
-
-
 class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
 
-        config = json.loads(args["model_config"])
-        param = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        param = parameters(args)
         self.tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
                                                        local_files_only=True)
         self.chat_default = param.get("chat_template", "true") == "true"

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eagle_trt.build.trtllm_env import ENGINE_PATH_LAST
 from eagle_trt.errors import EagleTrtError
 
+ENGINE_PATH_LAST = (1, 2)  # the last TensorRT-LLM minor release read that still ships trtllm-build
 BACKEND_OLDEST = (0, 16)  # the oldest tag read
 PERF_METRICS_SINCE = (0, 19)  # return_perf_metrics + acceptance_rate/total_*_draft_tokens
 SEED_NAME_SINCE = (0, 21)  # `seed` instead of `random_seed`
@@ -65,9 +65,3 @@ def backend_contract(version: str = DEFAULT_BACKEND_VERSION) -> BackendContract:
 
 def _text(release: tuple[int, int]) -> str:
     return ".".join(map(str, release))
-
-
-def acceptance_figures(spec) -> bool:
-    """Whether a bundle's eagle_model answers acceptance figures (and takes return_perf_metrics): every engine kind
-    but a trtllm bundle for a backend before 0.19. The perf harness asks for them only then."""
-    return spec.engine != "trtllm" or backend_contract(spec.backend_version).perf_metrics

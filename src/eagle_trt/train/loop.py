@@ -1,0 +1,92 @@
+"""The training loop EAGLE-1/2 and EAGLE-3 drafts share: records packed into chunks per epoch, AdamW, gradient
+clipping, torch's linear-warmup + cosine LR schedule, progress callback and resume from (optimizer, step)."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.optim.lr_scheduler import ChainedScheduler, CosineAnnealingLR, LinearLR, LRScheduler
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """What the loop itself needs; each draft format's config adds its loss settings."""
+
+    epochs: int = 4
+    lr: float = 1e-3
+    chunk_tokens: int = 2048  # rows per packed step ("batch size" in tokens)
+    grad_clip: float = 0.5
+    warmup_steps: int = 20
+    seed: int = 0
+    max_steps: int | None = None  # stop early (the LR schedule still spans all epochs)
+
+
+def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Group records into chunks of at most chunk_tokens draft rows (long records are cut)."""
+    order = records[:]
+    rng.shuffle(order)
+    chunks, cur, size = [], [], 0
+    for rec in order:
+        n = min(len(rec["input_ids"]) - 1, chunk_tokens)
+        if n < 2:
+            continue
+        if size + n > chunk_tokens and cur:
+            chunks.append(cur)
+            cur, size = [], 0
+        cur.append(rec)
+        size += n
+    if cur:
+        chunks.append(cur)
+    return chunks
+
+
+def warmup_cosine(opt: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> LRScheduler:
+    """lr * min(1, (step + 1) / warmup_steps) * (1 + cos(pi * step / total_steps)) / 2: torch's linear warmup and
+    cosine annealing applied together (both scale the rate by a ratio per step, so chaining multiplies them)."""
+    warmup = max(1, warmup_steps)
+    return ChainedScheduler([LinearLR(opt, start_factor=1.0 / warmup, total_iters=warmup - 1),
+                             CosineAnnealingLR(opt, T_max=max(1, total_steps))])
+
+
+def train_loop(draft: torch.nn.Module, params: list[torch.nn.Parameter], records: list[dict], cfg: LoopConfig,
+               step_loss: Callable[[list[dict]], tuple[torch.Tensor, dict]], on_step=None,
+               state: dict | None = None) -> dict:
+    """Train `params` of `draft` in place; `step_loss(chunk)` -> (loss, metrics) for one packed chunk. Returns a
+    summary (steps, the last metrics). `on_step(step, total, metrics, optimizer)` reports progress and may save
+    checkpoints; `state` ({"optimizer", "step"}) resumes one."""
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    chunks = [c for _ in range(cfg.epochs) for c in pack(records, cfg.chunk_tokens, rng)]
+    total, step = len(chunks), 0
+    schedule = warmup_cosine(opt, cfg.warmup_steps, total)
+    if state:
+        opt.load_state_dict(state["optimizer"])
+        step = state["step"]
+        with warnings.catch_warnings():  # replaying the schedule to the resumed step, no optimizer step between
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(step):
+                schedule.step()
+    metrics: dict = {}
+    draft.train()
+    for chunk in chunks[step: cfg.max_steps]:
+        lr = schedule.get_last_lr()[0]
+        loss, metrics = step_loss(chunk)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        schedule.step()
+        step += 1
+        metrics = {"loss": loss.item(), **metrics, "lr": lr}
+        if on_step is not None:
+            on_step(step, total, metrics, opt)
+    draft.eval().requires_grad_(False)
+    draft.cache = draft.rope = None
+    return {"steps": step, **metrics}
