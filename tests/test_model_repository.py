@@ -315,10 +315,10 @@ def test_llmapi_models_speak_the_upstream_contract(tmp_path):
     assert {"acceptance_rate", "total_draft_tokens"} <= set(step.output_map)
 
 
-def test_engine_threads_share_the_cores(python_models, monkeypatch):
+def test_engine_threads_share_the_cores(monkeypatch):
     """eagle_engine and base_engine split the cores (OpenMP oversubscription is what slowed EAGLE under load);
     an explicit --engine-threads wins; an instance never gets 0 threads."""
-    threads = python_models.engine.cpu_threads
+    threads = C.cpu_threads
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)))
     assert threads(0, 2) == 4 and threads(0, 4) == 2 and threads(0, 1) == 8
     assert threads(3, 2) == 3

@@ -93,8 +93,11 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
     auto = tree == AUTO or (tree is None and draft_dir is not None
                             and choose_engine(engine, DraftSpec.from_dir(draft_dir), device) == "pytorch")
     if auto and not dry_run:
+        from eagle_trt.model_repository.configs import cpu_threads
+
         spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
-                                       echo=lambda m: click.echo(m, err=True)))
+                                       echo=lambda m: click.echo(m, err=True),
+                                       threads=cpu_threads(engine_threads, 2 * engine_instances)))
     elif tree is not None and tree != AUTO:
         if tree.startswith("dynamic:"):
             spec_options["runtime_tree"] = tree

@@ -46,7 +46,10 @@ def demo_cmd(out_dir, requests, max_tokens, tree, dtype, draft_format):
     say(f"  base  {base}\n  draft {draft}")
     options = {"runtime_tree": tree}
     if tree == AUTO:
-        options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say)
+        from eagle_trt.model_repository.configs import cpu_threads
+
+        options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say,
+                             threads=cpu_threads(0, 2))  # as the served engines get them (default options)
     say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['runtime_tree']} -o {out_dir}")
     plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
     bundle = build_bundle(plan, force=True)

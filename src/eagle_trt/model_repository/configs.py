@@ -12,6 +12,7 @@ from the text; `render` writes it explicitly (as pytriton's generator does), and
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from eagle_trt.errors import EagleTrtError, missing_extra
@@ -131,6 +132,16 @@ class ServingOptions:
         if not 0.0 < self.kv_cache_free_gpu_mem_fraction <= 1.0:
             raise EagleTrtError(f"kv-cache-fraction {self.kv_cache_free_gpu_mem_fraction} is not in (0, 1]",
                                 "pass a fraction of free GPU memory such as 0.9")
+
+
+def cpu_threads(requested: int, engines_sharing: int) -> int:
+    """Intra-op threads of a pytorch-engine instance: `requested`, or (0) an even share of the cores this process
+    may use. The engine model sets it; `--tree auto` tunes at it, so the tree fits the engine as it is served.
+    More threads than cores across the engines make OpenMP's spinning workers wait on each other's descheduled
+    threads: measured in scripts/contention.py, 2 engines x 2 threads on 2 cores ran up to 10x slower."""
+    if requested > 0:
+        return requested
+    return max(1, len(os.sched_getaffinity(0)) // max(1, engines_sharing))
 
 
 def _pb():

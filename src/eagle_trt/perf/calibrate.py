@@ -198,8 +198,9 @@ def resolve_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: Non
 
 
 def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: str, draft_vocab: int | None,
-               echo=lambda msg: None) -> dict:
-    """Build options for `--tree auto`: {"runtime_tree": the tuned tree, "tree_tuning": what the bundle records}."""
+               echo=lambda msg: None, threads: int | None = None) -> dict:
+    """Build options for `--tree auto`: {"runtime_tree": the tuned tree, "tree_tuning": what the bundle records}.
+    `threads`: the CPU threads the served engine will have (costs measured at another count mislead the tuner)."""
     from eagle_trt.build_spec import auto_dtype
     from eagle_trt.errors import EagleTrtError
     from eagle_trt.spec import ModelSpec
@@ -211,6 +212,13 @@ def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: 
         return {}
     if dtype == "auto":
         dtype = auto_dtype(ModelSpec.from_dir(base).torch_dtype, "pytorch", device)
-    result = tune(TuneRequest(Path(base), Path(draft), device=device, dtype=dtype, draft_vocab=draft_vocab), echo)
+    before = torch.get_num_threads()
+    if threads and device == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        result = tune(TuneRequest(Path(base), Path(draft), device=device, dtype=dtype, draft_vocab=draft_vocab), echo)
+    finally:
+        torch.set_num_threads(before)
     chosen = result["chosen"]
-    return {"runtime_tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"]}}
+    return {"runtime_tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"],
+                                                                     "threads": threads or before}}

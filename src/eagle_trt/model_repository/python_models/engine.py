@@ -60,15 +60,6 @@ def find_stop(tokens: list, stop_sequences: list, start: int):
     return None
 
 
-def cpu_threads(requested: int, engines_sharing: int) -> int:
-    """Intra-op threads for this instance: `requested`, or (0) an even share of the cores this process may use.
-    More threads than cores across the engines make OpenMP's spinning workers wait on each other's descheduled
-    threads: measured in scripts/contention.py, 2 engines x 2 threads on 2 cores ran up to 10x slower."""
-    if requested > 0:
-        return requested
-    return max(1, len(os.sched_getaffinity(0)) // max(1, engines_sharing))
-
-
 def _is_cancel_request(request) -> bool:
     """input_lengths 0, request_output_len 0 and a stream_key: "stop the stream with this key"."""
     return (pb_utils.get_input_tensor_by_name(request, "stream_key") is not None
@@ -119,8 +110,11 @@ class TritonPythonModel:
 
         param = parameters(args)
         if param.get("device", "cpu") == "cpu":
-            self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             import torch
+
+            from eagle_trt.model_repository.configs import cpu_threads
+
+            self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
 
             torch.set_num_threads(self.threads)
         self.engine = EagleEngine.load(
