@@ -242,3 +242,17 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
                      runtime_tree="dynamic:5,8,48", dtype="float16", backend_version=backend_version,
                      max_input_len=1024, max_seq_len=2048, num_eagle_layers=3)
     return dataclasses.replace(spec, **changes)
+
+
+def build_tiny_bundle(tmp_path_factory, name: str, base: Path, draft: Path, *options: str) -> Path:
+    """`eagle-trt build` of a pytorch bundle (chain:3, max_seq_len 512 unless `options` say otherwise) in a fresh
+    temporary directory; the CLI's exit is asserted."""
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+
+    out = tmp_path_factory.mktemp(name) / "bundle"
+    result = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(draft), "-o", str(out),
+                                       "--engine", "pytorch", "--max-seq-len", "512", "--tree", "chain:3", *options])
+    assert result.exit_code == 0, result.output
+    return out

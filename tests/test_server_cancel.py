@@ -16,10 +16,10 @@ import time
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from eagle_trt.cli import main
 from eagle_trt.serving import TritonServer
+
+from builders import build_tiny_bundle
 
 pytestmark = pytest.mark.server
 
@@ -29,10 +29,7 @@ LONG = {"text_input": "Hello", "max_tokens": 400, "end_id": 1}  # no end-of-sequ
 
 @pytest.fixture(scope="module")
 def server(tiny_base, eagle1_draft, tmp_path_factory):
-    out = tmp_path_factory.mktemp("cancel") / "bundle"
-    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
-                                       str(out), "--engine", "pytorch", "--max-seq-len", "512", "--tree", "chain:3"])
-    assert result.exit_code == 0, result.output
+    out = build_tiny_bundle(tmp_path_factory, "cancel", tiny_base, eagle1_draft)
     with TritonServer(out / "model_repository", models=["eagle_model"], log_file=out.parent / "triton.log") as running:
         yield running
 

@@ -19,15 +19,14 @@ from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.serving import TritonServer, free_port
 
+from builders import build_tiny_bundle
+
 pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
 def bundle(tiny_base, eagle1_draft, tmp_path_factory):
-    out = tmp_path_factory.mktemp("serve_cli") / "bundle"
-    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
-                                       str(out), "--engine", "pytorch", "--max-seq-len", "512", "--tree", "chain:3"])
-    assert result.exit_code == 0, result.output
+    out = build_tiny_bundle(tmp_path_factory, "serve_cli", tiny_base, eagle1_draft)
     return out
 
 

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from eagle_trt.cli import main
 from eagle_trt.serving import Supervisor, TritonServer, free_port
+
+from builders import build_tiny_bundle
 
 pytestmark = pytest.mark.server
 
@@ -34,10 +34,7 @@ DEEP_JSON = b'{"text_input": ' + b"[" * 150_000 + b"]" * 150_000 + b"}"  # ~300 
 
 @pytest.fixture(scope="module")
 def bundle(tiny_base, eagle1_draft, tmp_path_factory):
-    out = tmp_path_factory.mktemp("supervised") / "bundle"
-    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
-                                       str(out), "--engine", "pytorch", "--max-seq-len", "512", "--tree", "chain:3"])
-    assert result.exit_code == 0, result.output
+    out = build_tiny_bundle(tmp_path_factory, "supervised", tiny_base, eagle1_draft)
     return out
 
 
@@ -182,7 +179,9 @@ def test_dead_engine_is_recovered_and_in_flight_requests_fail_fast(bundle, tmp_p
             assert status == 200 and "text_output" in reply, reply
             assert supervisor.stubs and supervisor.stubs[0][1] != pid
             print(f"engine kill -> recovered in {recovered:.1f} s; in flight: {results}; events: {events}")
-            assert any("died" in e for e in events)
+            # the supervisor saw the engine die, or tritonserver 2.51 itself went down with the stub (it sometimes
+            # aborts, SIGABRT, when a stub with several decoupled requests in flight is killed): either is recovered
+            assert any("died" in e or "exited with code" in e for e in events), events
             assert failed or all(seconds < recovered + 5 for _, seconds in results)
             # nothing in flight this time: the engine is unloaded and loaded again, the server keeps running
             server_pid = server.process.pid
