@@ -16,7 +16,7 @@ running when it starts, down to plain decoding (`none`) through the same engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,7 +36,6 @@ class Slot:
     caches: tuple | None = None
     done: bool = False
     error: Exception | None = None
-    outputs: list[StepOutput] = field(default_factory=list)
 
 
 class Batcher:
@@ -48,10 +47,8 @@ class Batcher:
         for tree in dict.fromkeys(policy.trees):
             speculative = tree != PLAIN and engine.draft is not None
             self.views[tree] = engine.with_tree(tree if speculative else "chain:1", speculative=speculative)
-        widest = max(v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None) \
-            if any(v.draft is not None for v in self.views.values()) else 0
-        self.room = engine.max_seq_len + widest + 2  # as EagleEngine sizes its own caches
-        self.draft_room = self.room + widest + 2
+        widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
+        self.room, self.draft_room = EagleEngine.cache_lengths(engine.max_seq_len, widest)
         self.spare: list[tuple] = []  # caches of finished requests, reused; the engine's own serve the first
         own = (engine.base.cache, engine.draft.cache if engine.draft is not None else None)
         if own[0].max_len >= self.room and (own[1] is None or own[1].max_len >= self.draft_room):

@@ -112,10 +112,17 @@ class EagleEngine:
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = base.args.eagle3_layers if draft is not None and draft.format == "eagle3" else ()
-        room = max_seq_len + tree.max_draft_tokens + 2
-        base.setup_cache(room)
+        base_len, draft_len = self.cache_lengths(max_seq_len, tree.max_draft_tokens)
+        base.setup_cache(base_len)
         if draft is not None:
-            draft.setup_cache(room + tree.max_draft_tokens + 2)
+            draft.setup_cache(draft_len)
+
+    @staticmethod
+    def cache_lengths(max_seq_len: int, max_draft_tokens: int) -> tuple[int, int]:
+        """(base, draft) KV-cache slots a request of up to max_seq_len tokens needs with trees of max_draft_tokens:
+        the tree's rows land after the committed ones, and the draft expands one more tree beyond that."""
+        room = max_seq_len + max_draft_tokens + 2
+        return room, room + max_draft_tokens + 2
 
     @classmethod
     def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = DEFAULT_RUNTIME_TREE,

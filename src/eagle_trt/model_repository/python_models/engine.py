@@ -115,7 +115,6 @@ class TritonPythonModel:
             from eagle_trt.model_repository.configs import cpu_threads
 
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
-
             torch.set_num_threads(self.threads)
         self.engine = EagleEngine.load(
             local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
