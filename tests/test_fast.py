@@ -1,6 +1,6 @@
-"""The int8 engine (runtime/fast.py): exact per-row int8 arithmetic, a batch-invariant forward (a verify row equals a
-one-token decode step bit for bit, through a tree's gaps), greedy identity against the same engine's plain int8
-decoding, and the FR-Spec truncated draft vocabulary."""
+"""The int8 and packed fp32 engines (runtime/fast.py): exact per-row int8 arithmetic, oneDNN-packed fp32 linears, a
+batch-invariant forward (a verify row equals a one-token decode step bit for bit, through a tree's gaps), greedy
+identity against the same engine's plain int8 decoding, and the FR-Spec truncated draft vocabulary."""
 
 import json
 
@@ -9,7 +9,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime import EagleEngine
-from eagle_trt.runtime.fast import Int8Linear, check_precision
+from eagle_trt.runtime.fast import Int8Linear, PackedLinear, check_precision, rows_are_independent
 from runtime_helpers import OracleDraft
 
 PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
@@ -42,8 +42,30 @@ def _decode(model, token, pos):
     return logits[0]
 
 
-def test_int8_forward_is_batch_invariant_through_tree_gaps(tiny_base):
-    base = EagleEngine.load(tiny_base, None, dtype="int8").base
+def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
+    gen = torch.Generator().manual_seed(1)
+    linear = torch.nn.Linear(80, 48, bias=True)
+    x = torch.randn(7, 80, generator=gen)  # [7, K]
+    packed = PackedLinear(linear)
+    batch = packed(x)  # [7, N]
+    assert batch.shape == (7, 48) and packed.out_features == 48
+    for i in range(7):
+        assert torch.equal(packed(x[i:i + 1])[0], batch[i])  # one row runs as two: the same kernel, the same bits
+        assert torch.equal(packed(x[: i + 1]), batch[: i + 1])
+    assert torch.allclose(batch, linear(x), rtol=1e-5, atol=1e-5)  # fp32, only the summation order differs
+    assert rows_are_independent([packed])
+
+
+def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
+    engine = EagleEngine.load(tiny_base, eagle1_draft)
+    assert isinstance(engine.base.layers[0].mlp.gate_up_proj, PackedLinear)
+    assert engine.draft.lm_head is engine.base.lm_head  # shared, packed once
+    assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_forward_is_batch_invariant_through_tree_gaps(tiny_base, dtype):
+    base = EagleEngine.load(tiny_base, None, dtype=dtype).base
     prompt = torch.tensor(PROMPTS[0])
     p = len(prompt)
     with torch.inference_mode():
@@ -92,7 +114,7 @@ def test_truncated_draft_vocab_proposes_only_its_tokens_and_keeps_outputs(tiny_b
     plain = EagleEngine.load(tiny_base, None)
     for vocab, allowed in ((None, set(ids)), (16, set(ids[:16]))):
         engine = EagleEngine.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
-        assert engine.draft.lm_head.weight.shape[0] == len(allowed)
+        assert engine.draft.lm_head.out_features == len(allowed)
         seen = set()
         engine.on_verify = lambda tree, logits: seen.update(tree.tokens[1:].tolist())
         for prompt in PROMPTS:

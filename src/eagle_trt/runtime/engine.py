@@ -16,7 +16,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
-from eagle_trt.runtime.fast import check_precision, prepare, truncate_draft_vocab
+from eagle_trt.runtime.fast import check_precision, prepare
 from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
@@ -143,14 +143,13 @@ class EagleEngine:
         dt = torch_dtype(dtype)
         base = load_base(base_spec, dt, device)
         draft = load_draft(draft_spec, base_spec, base, dt, device) if draft_spec is not None else None
-        prepare(base, draft, dtype)
+        vocab_ids = None
         if draft is not None and draft.format == "eagle1":
-            ids = draft_vocab_ids(draft_spec.path, draft_vocab)
-            if ids is not None:
-                truncate_draft_vocab(draft, ids)
+            vocab_ids = draft_vocab_ids(draft_spec.path, draft_vocab)
         elif draft is not None and draft_vocab:
             raise EagleTrtError(f"--draft-vocab {draft_vocab} applies to EAGLE-1/2 drafts only",
                                 "EAGLE-3 drafts carry their own vocabulary; drop --draft-vocab")
+        prepare(base, draft, dtype, vocab_ids)
         engine = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
         engine.precision = dtype
         return engine

@@ -289,7 +289,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.cache: KVCache | None = None
         self.rope: Rope | None = None
-        self.batch_invariant = False  # set by runtime.fast.prepare for int8: attention runs exact_attention
+        self.batch_invariant = False  # set by runtime.fast.prepare (int8; packed fp32): attention runs exact_attention
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
