@@ -42,6 +42,18 @@ def _decode(model, token, pos):
     return logits[0]
 
 
+def test_int8_vocabulary_head_on_onednn_gives_the_same_numbers():
+    gen = torch.Generator().manual_seed(2)
+    lin = Int8Linear(torch.randn(4096, 64, generator=gen))  # [N, K]
+    x = torch.randn(5, 64, generator=gen) * 3  # [5, K]
+    before = lin(x)  # [5, N] through torch._int_mm
+    if not lin.use_onednn():
+        pytest.skip("oneDNN's int8 kernel is not exact on this CPU (no VNNI) or not built in")
+    assert lin.onednn is not None
+    assert torch.equal(lin(x), before)  # exact int32 sums either way: the same bits
+    assert torch.equal(lin(x[2:3])[0], before[2])
+
+
 def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(80, 48, bias=True)
@@ -59,7 +71,8 @@ def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
 def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
     engine = EagleEngine.load(tiny_base, eagle1_draft)
     assert isinstance(engine.base.layers[0].mlp.gate_up_proj, PackedLinear)
-    assert engine.draft.lm_head is engine.base.lm_head  # shared, packed once
+    assert isinstance(engine.draft.lm_head, Int8Linear)  # the draft only proposes: int8 on the CPU
+    assert isinstance(engine.draft.fc, PackedLinear)  # fc has a bias: packed fp32
     assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
 
 
