@@ -73,6 +73,8 @@ def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
     assert isinstance(engine.base.layers[0].mlp.gate_up_proj, PackedLinear)
     assert isinstance(engine.draft.lm_head, Int8Linear)  # the draft only proposes: int8 on the CPU
     assert isinstance(engine.draft.fc, PackedLinear)  # fc has a bias: packed fp32
+    int8 = EagleEngine.load(tiny_base, eagle1_draft, dtype="int8")
+    assert isinstance(int8.draft.fc, PackedLinear) and isinstance(int8.base.lm_head, Int8Linear)
     assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
 
 

@@ -194,12 +194,15 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
             quantize_int8(draft, cache)
     if draft is not None and draft_vocab is not None:
         truncate_draft_vocab(draft, draft_vocab)
-    if precision == "float32" and base.embed_tokens.weight.device.type == "cpu" and packed_linears_available():
-        packed = pack_linears(base)
-        shapes = {(lin.in_features, lin.out_features): lin for lin in packed.values()}
-        base.batch_invariant = rows_are_independent(shapes.values())
-        if draft is not None:  # the draft only proposes: int8 halves its cost at the same acceptance
-            quantize_int8(draft)
+    packed = {}
+    if base.embed_tokens.weight.device.type == "cpu" and packed_linears_available():
+        if precision == "float32":
+            packed = pack_linears(base)
+            shapes = {(lin.in_features, lin.out_features): lin for lin in packed.values()}
+            base.batch_invariant = rows_are_independent(shapes.values())
+            if draft is not None:  # the draft only proposes: int8 halves its cost at the same acceptance
+                quantize_int8(draft)
+        if draft is not None:  # what is left in fp32 (a draft's fc with its bias)
             pack_linears(draft, packed)
     for module in (base, draft):
         for lin in [] if module is None else module.modules():
