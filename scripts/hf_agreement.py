@@ -26,7 +26,7 @@ def main() -> None:
     base = materialize_demo_base()
     tok = AutoTokenizer.from_pretrained(base)
     ours = EagleEngine.load(base, None, tree="chain:1", dtype="float32")
-    hf = AutoModelForCausalLM.from_pretrained(base, torch_dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     stop = ours.base_spec.eos_token_ids
     rows = []
     for p in load_dataset(args.dataset):
