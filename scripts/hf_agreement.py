@@ -21,6 +21,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="mt-bench")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--prompts", type=int, default=0, help="the first N prompts (0: all)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     base = materialize_demo_base()
@@ -29,7 +30,8 @@ def main() -> None:
     hf = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     stop = ours.base_spec.eos_token_ids
     rows = []
-    for p in load_dataset(args.dataset):
+    prompts = load_dataset(args.dataset)
+    for p in prompts[: args.prompts] if args.prompts else prompts:
         ids = encode_prompt(tok, p.text, chat=True)
         a = ours.generate_all(ids, args.max_tokens, stop_token_ids=stop).token_ids
         with torch.inference_mode():

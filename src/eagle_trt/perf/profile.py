@@ -84,7 +84,8 @@ def profile_engine(engine, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg
         echo("  draft forward: " + ", ".join(f"W={w} {ms:.2f} ms" for w, ms in result["draft_step_ms"].items()))
     result["machine"] = {"platform": platform.platform(), "processor": platform.processor(),
                          "threads": torch.get_num_threads(), "device": device, "torch": torch.__version__}
-    result["engine"] = {"dtype": engine.precision, "draft": None if draft is None else draft.format,
+    result["engine"] = {"dtype": engine.precision, "batch_invariant": bool(base.batch_invariant),
+                        "draft": None if draft is None else draft.format,
                         "draft_vocab": None if draft is None or getattr(draft, "vocab_ids", None) is None
                         else int(draft.vocab_ids.numel())}
     return result
