@@ -49,7 +49,6 @@ class Int8Linear(nn.Module):
         new.register_buffer("qweight_t", other.qweight_t[:, rows].contiguous())  # [K, n]
         new.register_buffer("scale", other.scale[rows].clone())  # [n]
         new.in_features, new.out_features = other.in_features, int(rows.numel())
-
         new.onednn = None
         return new
 
@@ -96,8 +95,6 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, K] float32 -> [T, N] float32
-        if x.dim() != 2:
-            return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
         if x.shape[0] == 1:  # the one-row kernel sums in another order: run it as two rows
             return torch.ops.mkldnn._linear_pointwise(x.expand(2, -1).contiguous(), self.packed, self.bias,
                                                       "none", [], "")[:1]  # [1, N]
@@ -108,19 +105,23 @@ def packed_linears_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
-def pack_linears(module: nn.Module, cache: dict[int, PackedLinear] | None = None) -> dict[int, PackedLinear]:
-    """Replace every fp32 CPU nn.Linear under `module` by a PackedLinear; a linear shared by two modules (the draft
-    uses the base's lm_head) becomes one: pass the same `cache` for both."""
-    cache = {} if cache is None else cache
+def _replace_linears(module: nn.Module, wanted, make, cache: dict) -> dict:
+    """Replace every nn.Linear under `module` for which wanted(linear) holds by make(linear); a linear shared by two
+    modules (the draft uses the base's lm_head) becomes one replacement: pass the same `cache` for both."""
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            weight = child.weight if isinstance(child, nn.Linear) else None
-            if weight is not None and weight.dtype == torch.float32 and weight.device.type == "cpu":
+            if isinstance(child, nn.Linear) and wanted(child):
                 key = id(child.weight)
                 if key not in cache:
-                    cache[key] = PackedLinear(child)
+                    cache[key] = make(child)
                 setattr(parent, name, cache[key])
     return cache
+
+
+def pack_linears(module: nn.Module, cache: dict[int, PackedLinear] | None = None) -> dict[int, PackedLinear]:
+    """Every fp32 CPU nn.Linear under `module` becomes a PackedLinear (shared ones once, see `_replace_linears`)."""
+    return _replace_linears(module, lambda lin: lin.weight.dtype == torch.float32 and lin.weight.device.type == "cpu",
+                            PackedLinear, {} if cache is None else cache)
 
 
 def rows_are_independent(linears) -> bool:
@@ -157,17 +158,9 @@ def fuse_projections(module: nn.Module) -> None:
 
 
 def quantize_int8(module: nn.Module, cache: dict[int, Int8Linear] | None = None) -> dict[int, Int8Linear]:
-    """Replace every bias-free nn.Linear under `module` by an Int8Linear. A linear shared by two modules (the draft
-    uses the base's lm_head) becomes one shared Int8Linear: pass the same `cache` for both."""
-    cache = {} if cache is None else cache
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if isinstance(child, nn.Linear) and child.bias is None:
-                key = id(child.weight)
-                if key not in cache:
-                    cache[key] = Int8Linear(child.weight)
-                setattr(parent, name, cache[key])
-    return cache
+    """Every bias-free nn.Linear under `module` becomes an Int8Linear (shared ones once, see `_replace_linears`)."""
+    return _replace_linears(module, lambda lin: lin.bias is None, lambda lin: Int8Linear(lin.weight),
+                            {} if cache is None else cache)
 
 
 def check_precision(precision: str, device: str) -> None:
