@@ -9,7 +9,7 @@ import torch
 from eagle_trt.runtime.draft import DraftHead
 from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static
 from eagle_trt.runtime.model import KVCache
-from eagle_trt.runtime.verify import accept_greedy
+from eagle_trt.runtime.verify import Acceptance, accept_greedy
 from eagle_trt.tree import Tree
 
 V = 8  # vocabulary of the scripted tables
@@ -40,7 +40,35 @@ BRANCHY = ([-1, 0, 0, 1, 1, 2], [0, 5, 6, 7, 4, 3])  # root -> {5 -> {7, 4}, 6 -
 def test_greedy_acceptance(tree, best, path, bonus):
     parents, tokens = tree
     draft_tree = DraftTree.from_parents(torch.tensor(tokens), parents, "cpu")
-    assert accept_greedy(base_logits(best), draft_tree) == (path, bonus)
+    assert accept_greedy(base_logits(best), draft_tree) == Acceptance(path, [tokens[i] for i in path[1:]] + [bonus])
+
+
+def walk_greedy(best: list[int], parents: list[int], tokens: list[int]) -> list[int]:
+    """The reference: from the root, descend into the first child (in rank order) holding the base's token."""
+    node, path = 0, [0]
+    while True:
+        nxt = next((c for c in range(1, len(parents)) if parents[c] == node and tokens[c] == best[node]), None)
+        if nxt is None:
+            return path + [best[node]]
+        path.append(nxt)
+        node = nxt
+
+
+def test_greedy_acceptance_by_tensor_ops_matches_the_walk_on_random_trees():
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(300):
+        n = int(torch.randint(1, 14, (), generator=gen))
+        parents = [-1] + [int(torch.randint(0, i, (), generator=gen)) for i in range(1, n)]
+        tokens = [0] * n
+        for node in range(n):  # siblings hold distinct tokens, as top-k drafting gives them
+            kids = [c for c in range(1, n) if parents[c] == node]
+            for c, tok in zip(kids, torch.randperm(V, generator=gen)[:len(kids)].tolist()):
+                tokens[c] = tok
+        best = torch.randint(0, V, (n,), generator=gen).tolist()
+        want = walk_greedy(best, parents, tokens)
+        got = accept_greedy(base_logits(best), DraftTree.from_parents(torch.tensor(tokens), parents, "cpu"))
+        assert got.path + [got.bonus] == want
+        assert got.tokens == [tokens[i] for i in got.path[1:]] + [got.bonus]
 
 
 # ---- drafting on a scripted draft ---------------------------------------------------------------------------------

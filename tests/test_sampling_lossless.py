@@ -14,7 +14,7 @@ import torch
 
 from eagle_trt.runtime import SamplingParams
 from eagle_trt.runtime.drafting import DraftTree
-from eagle_trt.runtime.verify import accept_sampling, sampling_probs
+from eagle_trt.runtime.verify import Acceptance, accept_sampling, sampling_probs
 from runtime_helpers import tiny_engine
 
 ALPHA = 1e-4
@@ -76,8 +76,9 @@ def run_steps(logits, params, rule, n=N_STEP):
     gen = torch.Generator().manual_seed(0)
     counts = {}
     for _ in range(n):
-        path, bonus = rule(logits, tree, params, gen)
-        committed = [TOKENS[i] for i in path[1:]] + [bonus]
+        accepted = rule(logits, tree, params, gen)
+        committed = accepted.tokens
+        assert committed[:-1] == [TOKENS[i] for i in accepted.path[1:]]
         key = (committed[0], committed[1] if len(committed) > 1 else None)
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -106,7 +107,8 @@ def test_power_a_rule_without_residual_is_caught():
                     nxt = c
                     break
             if nxt is None:
-                return path, int(torch.multinomial(p, 1, generator=gen).item())
+                bonus = int(torch.multinomial(p, 1, generator=gen).item())
+                return Acceptance(path, [tokens[i] for i in path[1:]] + [bonus])
             path.append(nxt)
             node = nxt
 

@@ -13,39 +13,70 @@ from dataclasses import dataclass
 import torch
 
 from eagle_trt.runtime.draft import DraftHead
-from eagle_trt.tree import Tree, ancestor_mask
+from eagle_trt.tree import Tree, ancestor_mask, pack_mask
 
 
-@dataclass
-class DraftTree:
-    """One step's tree, root first, parents before children."""
+@dataclass(frozen=True)
+class TreeShape:
+    """A tree's structure as the verify step uses it, built once (per static tree, or per dynamic step) on the
+    tree's device: what the base forward masks with and what acceptance walks."""
 
-    tokens: torch.Tensor  # [N+1] int64, tokens[0] = root
     parents: list[int]  # [N+1], parents[0] = -1
+    children: list[list[int]]  # children[i] in draft-rank order
     depths: torch.Tensor  # [N+1] int64
     mask: torch.Tensor  # [N+1, N+1] bool, ancestor-or-self
-    children: list[list[int]]  # children[i] in draft-rank order
-
-    @property
-    def num_draft_tokens(self) -> int:
-        return len(self.parents) - 1
+    packed: torch.Tensor | None  # [N+1, ceil((N+1)/32)] int32 TRT-LLM packed mask, on CUDA only (tree kernel)
 
     @classmethod
-    def from_parents(cls, tokens: torch.Tensor, parents: list[int], device) -> DraftTree:
+    def of(cls, parents: list[int], device) -> TreeShape:
         n = len(parents)
-        mask = torch.from_numpy(ancestor_mask(parents))  # [n, n] bool
+        mask = ancestor_mask(parents)  # [n, n] bool
         depths = [0] * n
         children: list[list[int]] = [[] for _ in range(n)]
         for i in range(1, n):
             depths[i] = depths[parents[i]] + 1
             children[parents[i]].append(i)
-        return cls(tokens, parents, torch.tensor(depths, device=device), mask.to(device), children)
+        on_cuda = torch.device(device).type == "cuda"
+        packed = torch.from_numpy(pack_mask(mask)).to(device) if on_cuda and n > 1 else None
+        return cls(list(parents), children, torch.tensor(depths, device=device), torch.from_numpy(mask).to(device),
+                   packed)
+
+
+@dataclass
+class DraftTree:
+    """One step's tree, root first, parents before children: its tokens over a TreeShape."""
+
+    tokens: torch.Tensor  # [N+1] int64, tokens[0] = root
+    shape: TreeShape
+
+    @property
+    def num_draft_tokens(self) -> int:
+        return len(self.shape.parents) - 1
+
+    @property
+    def parents(self) -> list[int]:
+        return self.shape.parents
+
+    @property
+    def children(self) -> list[list[int]]:
+        return self.shape.children
+
+    @property
+    def depths(self) -> torch.Tensor:
+        return self.shape.depths
+
+    @property
+    def mask(self) -> torch.Tensor:
+        return self.shape.mask
+
+    @classmethod
+    def from_parents(cls, tokens: torch.Tensor, parents: list[int], device) -> DraftTree:
+        return cls(tokens, TreeShape.of(parents, device))
 
 
 def root_only(root: int, device) -> DraftTree:
     """The bare root: plain decoding through the verify path."""
-    return DraftTree(torch.tensor([root], device=device), [-1], torch.zeros(1, dtype=torch.long, device=device),
-                     torch.ones(1, 1, dtype=torch.bool, device=device), [[]])
+    return DraftTree(torch.tensor([root], device=device), TreeShape.of([-1], device))
 
 
 class _TreeRows:
@@ -57,16 +88,17 @@ class _TreeRows:
         self.ancestors: dict[int, list[int]] = {0: []}  # node id -> tree-row indices of its ancestors incl. itself
 
     def mask(self, nodes: list[int], parents: list[int]) -> torch.Tensor:
-        """[len(nodes), stable + rows + len(nodes)] bool for a new block of rows."""
+        """[len(nodes), stable + rows + len(nodes)] bool for a new block of rows: the stable prefix is made on the
+        device, only the tree part [len(nodes), rows + len(nodes)] is built here and copied."""
         rows, t = len(self.row_of), len(nodes)
-        mask = torch.zeros(t, self.stable + rows + t, dtype=torch.bool)
-        mask[:, : self.stable] = True
+        tree_part = torch.zeros(t, rows + t, dtype=torch.bool)  # [t, rows + t]
         for i, (node, parent) in enumerate(zip(nodes, parents)):
             anc = self.ancestors[parent] + [rows + i]
             self.ancestors[node] = anc
-            mask[i, [self.stable + r for r in anc]] = True
+            tree_part[i, anc] = True
             self.row_of[node] = rows + i
-        return mask.to(self.device)
+        prefix = torch.ones(t, self.stable, dtype=torch.bool, device=self.device)  # [t, stable]
+        return torch.cat((prefix, tree_part.to(self.device)), dim=1)
 
 
 @dataclass(frozen=True)
@@ -92,7 +124,7 @@ class StaticPlan:
     tree: Tree
     parents: list[int]
     steps: list[DepthStep]
-    draft_tree_parts: tuple  # (depths [N+1], mask [N+1, N+1], children) for DraftTree
+    shape: TreeShape  # every step's DraftTree shares it
 
     @classmethod
     def of(cls, tree: Tree, device="cpu") -> StaticPlan:
@@ -117,8 +149,7 @@ class StaticPlan:
                                    torch.tensor([ranks[x] for x in nodes], device=device),
                                    max(ranks[x] for x in nodes) + 1, expand, [parents[x] for x in expand], mask,
                                    rows_before))
-        full = DraftTree.from_parents(torch.zeros(len(parents), dtype=torch.long), parents, device)
-        return cls(tree, parents, steps, (full.depths, full.mask, full.children))
+        return cls(tree, parents, steps, TreeShape.of(parents, device))
 
 
 @torch.inference_mode()
@@ -139,62 +170,54 @@ def draft_static(draft: DraftHead, plan: StaticPlan, root: int, root_out: torch.
         pos = torch.full((t,), stable + depth - 1, dtype=torch.long, device=device)  # [t]
         out = draft(tokens[step.expand], feats, pos, stable + step.rows_before, mask)  # [t, H]
         outs.update({x: out[i] for i, x in enumerate(step.expand)})
-    depths, mask, children = plan.draft_tree_parts
-    return DraftTree(tokens, plan.parents, depths, mask, children)
+    return DraftTree(tokens, plan.shape)
 
 
 @torch.inference_mode()
 def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, root: int,
                   root_out: torch.Tensor, stable: int) -> DraftTree:
     """EAGLE-2: expand the top_k best frontier nodes `depth` times by cumulative log-prob, then keep the
-    `total_tokens` best of the pool (a connected subtree: a child never scores above its parent)."""
+    `total_tokens` best of the pool (a connected subtree: a child never scores above its parent). One transfer to
+    the host per depth (the frontier) and one at the end (the kept nodes)."""
     device = root_out.device
     scores, toks = draft.topk(root_out, top_k)  # [1, k]
     pool_scores, pool_tokens = [scores[0]], [toks[0]]
-    pool_parents = [torch.full((top_k,), -1, dtype=torch.long, device=device)]  # pool index of parent, -1 root
-    frontier = torch.arange(top_k, device=device)  # pool indices
+    pool_parent = [-1] * top_k  # pool index -> pool index of its parent (-1: the root)
+    frontier = torch.arange(top_k, device=device)  # [k] pool indices
     frontier_scores = scores[0]
     frontier_feats = root_out.expand(top_k, -1)
     rows = _TreeRows(stable, device)
-    node_parent = {}  # pool index -> pool index of parent (or -1 -> root node id 0 in _TreeRows)
-    for i in range(top_k):
-        node_parent[i] = -1
-    offset = top_k
     for step in range(depth):
-        nodes = frontier.tolist()
-        mask = rows.mask([x + 1 for x in nodes], [node_parent[x] + 1 for x in nodes])
+        nodes = frontier.tolist()  # the step's one transfer to the host
+        mask = rows.mask([x + 1 for x in nodes], [pool_parent[x] + 1 for x in nodes])
         start = stable + len(rows.row_of) - len(nodes)
-        pos = torch.full((len(nodes),), stable + step, dtype=torch.long, device=device)
-        ids = torch.cat(pool_tokens)[frontier]
+        pos = torch.full((len(nodes),), stable + step, dtype=torch.long, device=device)  # [k]
+        ids = torch.cat(pool_tokens)[frontier]  # [k]
         out = draft(ids, frontier_feats, pos, start, mask)  # [k, H]
         cs, ct = draft.topk(out, top_k)  # [k, k]
         child_scores = (frontier_scores[:, None] + cs).reshape(-1)  # [k*k]
+        offset = len(pool_parent)
         pool_scores.append(child_scores)
         pool_tokens.append(ct.reshape(-1))
-        parents = frontier.repeat_interleave(top_k)
-        pool_parents.append(parents)
-        for j, p in enumerate(parents.tolist()):
-            node_parent[offset + j] = p
+        pool_parent += [x for x in nodes for _ in range(top_k)]
         if step == depth - 1:
             break
-        best = child_scores.topk(top_k).indices
+        best = child_scores.topk(top_k).indices  # [k]
         frontier = offset + best
         frontier_scores = child_scores[best]
         frontier_feats = out[best // top_k]
-        offset += top_k * top_k
     all_scores, all_tokens = torch.cat(pool_scores), torch.cat(pool_tokens)
-    all_parents = torch.cat(pool_parents).tolist()
     # stable sort: on equal scores the lower pool index (a parent precedes its children) wins
     order = torch.sort(-all_scores, stable=True).indices
     keep = order[: min(total_tokens, all_scores.numel())].sort().values.tolist()
     node_of = {-1: 0}
     parents, chosen = [-1], []
     for pool_idx in keep:
-        parent = all_parents[pool_idx]
+        parent = pool_parent[pool_idx]
         if parent not in node_of:  # ties/NaN can orphan a child; drop it (research §2)
             continue
         node_of[pool_idx] = len(parents)
         parents.append(node_of[parent])
         chosen.append(pool_idx)
-    tokens = torch.cat((torch.tensor([root], device=device), all_tokens[chosen]))
+    tokens = torch.cat((torch.tensor([root], device=device), all_tokens[chosen]))  # [N+1]
     return DraftTree.from_parents(tokens, parents, device)

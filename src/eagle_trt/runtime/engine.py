@@ -67,6 +67,39 @@ class GenerationResult:
     text: str | None = None
 
 
+class StepClock:
+    """Times a request's phases into its GenerationStats: wall time on the CPU; on CUDA, events read without a
+    synchronize per step (an interval is added once its end event has completed; all of them by the last step)."""
+
+    def __init__(self, device: str):
+        self.cuda = device.startswith("cuda")
+        self.pending: list[tuple[str, object, object]] = []  # (stats field, start event, end event)
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def add(self, stats: GenerationStats, field_name: str, start, end) -> None:
+        if self.cuda:
+            self.pending.append((field_name, start, end))
+        else:
+            setattr(stats, field_name, getattr(stats, field_name) + end - start)
+
+    def settle(self, stats: GenerationStats, wait: bool = False) -> None:
+        if wait and self.pending:
+            self.pending[-1][2].synchronize()
+        waiting = []
+        for field_name, start, end in self.pending:
+            if end.query():
+                setattr(stats, field_name, getattr(stats, field_name) + start.elapsed_time(end) / 1000.0)
+            else:
+                waiting.append((field_name, start, end))
+        self.pending = waiting
+
+
 class Generation:
     """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`.
 
@@ -196,7 +229,8 @@ class EagleEngine:
                                             int(torch.randint(0, 2**62, ()).item()))
         stop_ids = set(int(t) for t in stop_token_ids)
         out_tokens = []
-        t0 = time.perf_counter()
+        clock = StepClock(self.device)
+        t0 = clock.mark()
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
         logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache)
         root = self._sample(logits[-1], sampling, gen)
@@ -206,53 +240,49 @@ class EagleEngine:
             shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))
             feats = self.draft.base_features(hidden, captured)
             root_out = self.draft(shifted, feats, torch.arange(len(prompt), device=self.device), 0)[-1:]
-        stats.prefill_time_s = self._sync_time(t0)
+        clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
         while True:
             step, reason = self._finish(out_tokens, committed, stop_ids, stop_strings, tokenizer, max_new_tokens)
             out_tokens += step
+            clock.settle(stats, wait=reason is not None)
             yield StepOutput(step, stats, reason)
             if reason is not None:
                 return
-            t0 = time.perf_counter()
+            t0 = clock.mark()
             if self.draft is not None:
                 self.draft.cache = draft_cache
             tree = self._draft_tree(root, root_out, length)
-            t1 = time.perf_counter()
+            t1 = clock.mark()
             positions = length + tree.depths  # [N+1]
-            logits, hidden, captured = yield BaseCall(tree.tokens, positions, length, tree.mask, cache)
+            logits, hidden, captured = yield BaseCall(tree.tokens, positions, length, tree.mask, cache,
+                                                      tree.shape.packed)
             if self.on_verify is not None:
                 self.on_verify(tree, logits)
             if sampling.greedy:
-                path, bonus = accept_greedy(logits, tree)
+                accepted = accept_greedy(logits, tree)
             else:
-                path, bonus = accept_sampling(logits, tree, sampling, gen)
+                accepted = accept_sampling(logits, tree, sampling, gen)
+            path, committed = accepted.path, accepted.tokens
+            sel = torch.tensor(path, device=self.device)  # [A] accepted node ids, root first
             if path != list(range(len(path))):
-                cache.compact(length, torch.tensor(path, device=self.device) + length)
-            committed = tree.tokens[path[1:]].tolist() + [bonus]
+                cache.compact(length, sel + length)
             stats.steps += 1
             stats.accepted_lengths.append(len(committed))
             stats.num_draft_tokens += tree.num_draft_tokens
             stats.num_accepted_draft_tokens += len(path) - 1
             if self.draft is not None:
                 self.draft.cache = draft_cache
-                sel = torch.tensor(path, device=self.device)
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
                 pos = torch.arange(length, length + len(path), device=self.device)
                 root_out = self.draft(torch.tensor(committed, device=self.device), feats, pos, length)[-1:]
             length += len(path)
-            root = bonus
-            t2 = self._sync_time(t1)
-            stats.draft_time_s += t1 - t0
-            stats.verify_time_s += t2
+            root = accepted.bonus
+            clock.add(stats, "draft_time_s", t0, t1)
+            clock.add(stats, "verify_time_s", t1, clock.mark())
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def _sync_time(self, t0: float) -> float:
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
-
     def _draft_tree(self, root: int, root_out, length: int) -> DraftTree:
         if self.draft is None:
             return root_only(root, self.device)

@@ -103,10 +103,19 @@ class KVCache:
 @dataclass(frozen=True)
 class PackedTreeMask:
     """A verify block on CUDA: the prefix (`start` keys) is visible to all, the block itself is masked by the
-    TRT-LLM packed bitmask [T, ceil(T/32)] int32, so the tree-attention kernel can run it."""
+    TRT-LLM packed bitmask [T, ceil(T/32)] int32, so the tree-attention kernel can run it. Built once per forward,
+    device tensors included, so no layer copies anything from the host."""
 
     start: int
     packed: torch.Tensor  # [T, ceil(T/32)] int32
+    cu_seqlens: torch.Tensor  # [2] int32: 0, T
+    prefix_lens: torch.Tensor  # [1] int32: start
+
+    @classmethod
+    def of(cls, start: int, packed: torch.Tensor) -> PackedTreeMask:
+        t, device = packed.shape[0], packed.device
+        return cls(start, packed, torch.tensor([0, t], dtype=torch.int32, device=device),
+                   torch.tensor([start], dtype=torch.int32, device=device))
 
 
 @dataclass(frozen=True)
@@ -123,13 +132,15 @@ class Segment:
 @dataclass(frozen=True)
 class BaseCall:
     """One sequence's part of a base forward: input_ids, positions [T]; K/V land in `cache` (None: the model's)
-    at slots start..start+T-1; tree_mask [T, T] bool or None (causal)."""
+    at slots start..start+T-1; tree_mask [T, T] bool or None (causal); packed_mask: the same tree as TRT-LLM's
+    packed bitmask on the device (CUDA tree kernel; None: packed here from tree_mask)."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
     start: int
     tree_mask: torch.Tensor | None = None
     cache: KVCache | None = None
+    packed_mask: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -164,10 +175,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.
     if isinstance(mask, PackedTreeMask):
         from eagle_trt.plugins.tree_attention import tree_attention
 
-        t = q.shape[1]
         out = tree_attention(q.transpose(0, 1).contiguous(), k.unsqueeze(0), v.unsqueeze(0), mask.packed,
-                             torch.tensor([0, t], dtype=torch.int32, device=q.device),
-                             torch.tensor([mask.start], dtype=torch.int32, device=q.device), max_tree_len=t)
+                             mask.cu_seqlens, mask.prefix_lens, max_tree_len=q.shape[1])
         return out.transpose(0, 1)
     if isinstance(mask, ExactMask):
         return exact_attention(q, k, v, mask.dense)
@@ -334,8 +343,10 @@ class Llama(nn.Module):
         if self.batch_invariant:
             mask = ExactMask(mask)
         if call.tree_mask is not None and x.is_cuda and use_tree_kernel():
-            packed = torch.from_numpy(pack_mask(call.tree_mask.cpu().numpy())).to(x.device)  # [T, ceil(T/32)] int32
-            mask = PackedTreeMask(call.start, packed)
+            packed = call.packed_mask
+            if packed is None:
+                packed = torch.from_numpy(pack_mask(call.tree_mask.cpu().numpy())).to(x.device)  # [T, ceil(T/32)]
+            mask = PackedTreeMask.of(call.start, packed)
         return mask
 
     def new_cache(self, max_len: int) -> KVCache:

@@ -55,22 +55,39 @@ def sampling_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     return probs
 
 
-def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> tuple[list[int], int]:
-    """logits [N+1, V]. Returns (accepted path as node ids, root first; the bonus token)."""
-    best = logits.argmax(dim=-1).tolist()
-    tokens = tree.tokens.tolist()
+@dataclass(frozen=True)
+class Acceptance:
+    """What one verify step commits."""
+
+    path: list[int]  # accepted node ids, root first
+    tokens: list[int]  # the accepted draft tokens (the path without the root), then the bonus token
+
+    @property
+    def bonus(self) -> int:
+        return self.tokens[-1]
+
+
+def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> Acceptance:
+    """The longest path whose every token is the base's argmax at its parent. The argmax runs where the logits are;
+    it and the tree's tokens reach the host in one transfer, and the walk down the tree (at most its depth in
+    steps, siblings hold distinct tokens) runs there. logits [N+1, V]."""
+    n = tree.tokens.shape[0]
+    if n == 1:  # plain decoding: the root alone
+        return Acceptance([0], [int(logits[0].argmax().item())])
+    host = torch.cat((logits.argmax(dim=-1), tree.tokens)).tolist()  # [2(N+1)]: the step's one transfer
+    best, tokens, children = host[:n], host[n:], tree.children
     node, path = 0, [0]
     while True:
         want = best[node]
-        nxt = next((c for c in tree.children[node] if tokens[c] == want), None)
+        nxt = next((c for c in children[node] if tokens[c] == want), None)
         if nxt is None:
-            return path, want
+            return Acceptance(path, [tokens[i] for i in path[1:]] + [want])
         path.append(nxt)
         node = nxt
 
 
 def accept_sampling(logits: torch.Tensor, tree: DraftTree, params: SamplingParams,
-                    gen: torch.Generator) -> tuple[list[int], int]:
+                    gen: torch.Generator) -> Acceptance:
     """Lossless stochastic acceptance over the tree (module docstring). logits [N+1, V]."""
     tokens = tree.tokens.tolist()
     node, path = 0, [0]
@@ -89,6 +106,7 @@ def accept_sampling(logits: torch.Tensor, tree: DraftTree, params: SamplingParam
             p[tok] = 0.0
             p = p / p.sum()
         if accepted is None:
-            return path, int(torch.multinomial(p, 1, generator=gen).item())
+            bonus = int(torch.multinomial(p, 1, generator=gen).item())
+            return Acceptance(path, [tokens[i] for i in path[1:]] + [bonus])
         path.append(accepted)
         node = accepted
