@@ -74,9 +74,15 @@ class DraftTree:
         return cls(tokens, TreeShape.of(parents, device))
 
 
+_ROOT_SHAPES: dict[str, TreeShape] = {}  # device -> the bare root's shape, built once
+
+
 def root_only(root: int, device) -> DraftTree:
     """The bare root: plain decoding through the verify path."""
-    return DraftTree(torch.tensor([root], device=device), TreeShape.of([-1], device))
+    key = str(device)
+    if key not in _ROOT_SHAPES:
+        _ROOT_SHAPES[key] = TreeShape.of([-1], device)
+    return DraftTree(torch.tensor([root], device=device), _ROOT_SHAPES[key])
 
 
 class _TreeRows:
