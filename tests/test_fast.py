@@ -78,6 +78,13 @@ def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
     assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
 
 
+def test_fp32_engine_says_so_when_its_rows_are_not_independent(tiny_base, eagle1_draft, monkeypatch, caplog):
+    monkeypatch.setattr("eagle_trt.runtime.fast.rows_are_independent", lambda linears: False)
+    engine = EagleEngine.load(tiny_base, eagle1_draft)
+    assert not engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float32  # SDPA attention
+    assert "not batch-invariant" in caplog.text and "--dtype int8" in caplog.text
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_forward_is_batch_invariant_through_tree_gaps(tiny_base, dtype):
     base = EagleEngine.load(tiny_base, None, dtype=dtype).base

@@ -19,6 +19,7 @@ a truncated draft vocabulary.
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -26,7 +27,9 @@ from torch import nn
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import PRECISIONS
+
 INT8_MAX = 127.0
+log = logging.getLogger(__name__)
 _ONEDNN_FASTER: dict[tuple[int, int], bool] = {}  # (in, out features) -> oneDNN measured faster than _int_mm here
 
 
@@ -226,6 +229,10 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
         packed = pack_linears(base)
         shapes = {(lin.in_features, lin.out_features): lin for lin in packed.values()}
         base.batch_invariant = rows_are_independent(shapes.values())
+        if not base.batch_invariant:
+            log.warning("oneDNN's fp32 linears are not row-independent on this CPU: the fp32 engine is not "
+                        "batch-invariant here, so EAGLE matches plain decoding up to numerical near-ties; "
+                        "--dtype int8 is batch-invariant on every CPU")
         if draft is not None:  # the draft only proposes: int8 halves its cost at the same acceptance
             quantize_int8(draft)
     if draft is not None and on_cpu:
