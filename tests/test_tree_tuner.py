@@ -8,7 +8,7 @@ import torch
 
 from eagle_trt.perf.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
 from eagle_trt.perf.profile import ProfileConfig, format_table, profile_engine
-from eagle_trt.perf.tree_tuner import CostModel, best_static_tree, grow_tree, static_step_ms
+from eagle_trt.perf.tree_tuner import CostModel, best_static_tree, grow_tree, ranked_static_trees, static_step_ms
 from eagle_trt.runtime import EagleEngine
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.tree import parse_tree_arg
@@ -36,6 +36,14 @@ def test_cost_linear_in_tokens_gives_a_short_chain():
     choice = best_static_tree(ACCEPT, STEEP, max_nodes=20)
     assert choice.arg == "chain:1"
     assert choice.speedup < 1  # honest: on such a machine speculation cannot pay
+
+
+def test_ranked_static_trees_are_distinct_and_fastest_first():
+    ranked = ranked_static_trees(ACCEPT, STEEP, max_nodes=20)
+    speeds = [c.tok_per_s for c in ranked]
+    assert speeds == sorted(speeds, reverse=True) and len({c.arg for c in ranked}) == len(ranked)
+    assert ranked[0] == best_static_tree(ACCEPT, STEEP, max_nodes=20)
+    assert {"chain:1", "chain:2"} <= {c.arg for c in ranked}  # chains are always among the candidates
 
 
 def test_step_cost_counts_verify_topk_and_draft_forwards():
@@ -90,7 +98,7 @@ def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkey
     parse_tree_arg(first["chosen"]["tree"])  # a valid --tree value
     assert first["chosen"]["predicted_tok_per_s"] > 0 and len(first["acceptance"]) == 6
     measured = {c["tree"]: c["measured_tok_per_s"] for c in first["candidates"]}
-    assert len(measured) == 6 and min(measured.values()) > 0  # the static pick and the five dynamic trees, all run
+    assert len(measured) == 8 and min(measured.values()) > 0  # three static picks and five dynamic trees, all run
     assert measured[first["chosen"]["tree"]] == max(measured.values())  # the fastest measured is the choice
     files = list((tmp_path / "tuning").glob("*.json"))
     assert len(files) == 1 and json.loads(files[0].read_text())["chosen"] == first["chosen"]

@@ -138,11 +138,10 @@ def tree_arg(tree: Tree) -> str:
     return TreeConfig("static", tree=tree).to_arg()
 
 
-def best_static_tree(accept: list[list[float]], cost: CostModel, max_nodes: int = 32) -> TreeChoice:
-    """Score the greedy best tree of every size 1..max_nodes (and every chain); return the fastest."""
+def ranked_static_trees(accept: list[list[float]], cost: CostModel, max_nodes: int = 32) -> list[TreeChoice]:
+    """The greedy best tree of every size 1..max_nodes and every chain, fastest predicted first (distinct trees)."""
     if not accept or not accept[0]:
         raise EagleTrtError("the acceptance table is empty", "calibrate on at least one prompt")
-    best = None
     candidates = [grow_tree(accept, n) for n in range(1, max_nodes + 1)]
     for depth in range(1, len(accept) + 1):  # chains, which the greedy growth may not visit
         chain_value, value = 1.0, 1.0
@@ -150,8 +149,13 @@ def best_static_tree(accept: list[list[float]], cost: CostModel, max_nodes: int 
             value *= accept[d][0]
             chain_value += value
         candidates.append((Tree.chain(depth), chain_value))
+    choices = {}
     for tree, accepted in candidates:
         choice = TreeChoice(tree_arg(tree), accepted, static_step_ms(tree, cost, accepted), cost.plain_step())
-        if best is None or choice.tok_per_s > best.tok_per_s:
-            best = choice
-    return best
+        choices.setdefault(choice.arg, choice)
+    return sorted(choices.values(), key=lambda c: -c.tok_per_s)
+
+
+def best_static_tree(accept: list[list[float]], cost: CostModel, max_nodes: int = 32) -> TreeChoice:
+    """The static tree (or chain) of at most max_nodes nodes with the most predicted tokens per second."""
+    return ranked_static_trees(accept, cost, max_nodes)[0]
