@@ -49,6 +49,9 @@ class Int8Linear(nn.Module):
     @classmethod
     def from_rows(cls, other: Int8Linear, rows: torch.Tensor) -> Int8Linear:
         """The same quantized rows (output channels) `rows` [n] of another Int8Linear: identical numerics."""
+        if other.qweight_t is None:
+            raise EagleTrtError("cannot slice rows of an int8 linear whose weight lives in oneDNN's packed layout",
+                                "slice the rows (truncate_draft_vocab) before use_onednn, as prepare() does")
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.register_buffer("qweight_t", other.qweight_t[:, rows].contiguous())  # [K, n]
@@ -60,7 +63,8 @@ class Int8Linear(nn.Module):
     def use_onednn(self) -> bool:
         """Run the int32 products through oneDNN's prepacked u8 x s8 kernel (2.5x faster than `_int_mm` for a
         vocabulary head on this project's CPU) if it gives the same int32 sums on this machine (no VNNI: it may
-        saturate). Either kernel gives the same bits, so the choice changes speed only."""
+        saturate). Either kernel gives the same bits, so the choice changes speed only. On success the `_int_mm`
+        copy of the weight is dropped (oneDNN holds its own)."""
         if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_prepack")):
             return False
         self.onednn = torch.ops.onednn.qlinear_prepack(self.qweight_t.t().contiguous(), None)  # oneDNN layout
@@ -71,6 +75,8 @@ class Int8Linear(nn.Module):
         probe[2] = torch.randint(-127, 128, (self.in_features,), generator=torch.Generator().manual_seed(0))
         if not torch.equal(self._int32(probe), torch._int_mm(probe, self.qweight_t).float()):
             self.onednn = None
+        else:
+            self.qweight_t = None  # [K, N] no longer read
         return self.onednn is not None
 
     def _int32(self, xq: torch.Tensor) -> torch.Tensor:
@@ -250,7 +256,7 @@ def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:
         raise EagleTrtError(f"a truncated draft vocabulary applies to EAGLE-1/2 drafts, this one is {draft.format}",
                             "EAGLE-3 drafts carry their own draft vocabulary (d2t); drop --draft-vocab")
     head = draft.lm_head
-    ids = token_ids.to(device=head.qweight_t.device if isinstance(head, Int8Linear) else head.weight.device)
+    ids = token_ids.to(device=head.scale.device if isinstance(head, Int8Linear) else head.weight.device)
     if isinstance(head, Int8Linear):
         draft.lm_head = Int8Linear.from_rows(head, ids)
     else:
