@@ -1,7 +1,7 @@
 """`--tree auto`, the measurements: the cost table of this machine (perf/profile.py) and the draft's acceptance by depth
 and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), from which
-perf/tree_tuner.py ranks the static trees; then its first few and a few EAGLE-2 dynamic trees run on the same
-prompts, and the fastest measured is the choice. The result is cached per (base, draft,
+perf/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
+the same prompts, and the fastest measured is the choice. The result is cached per (base, draft,
 device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
 SmolLM2 on 2 CPU cores).
 """
@@ -22,10 +22,10 @@ from eagle_trt.perf.profile import ProfileConfig, profile_engine
 from eagle_trt.perf.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
 from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg
 
-TUNER_VERSION = 3  # bump when what is measured or how it is scored changes: old cache entries are ignored
+TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
 AUTO = "auto"
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
-STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts
+STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
 
 
@@ -148,7 +148,9 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
     cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),
                                   plain_overhead=max(plain_ms - bare.plain_step(), 0.0))
     candidates, measured_tps = [], {}
-    for static in ranked_static_trees(accept, cost, req.max_nodes)[:STATIC_MEASURED]:
+    ranked = ranked_static_trees(accept, cost, req.max_nodes)
+    best_chain = next(c for c in ranked if c.arg.startswith("chain:"))  # the cheapest trees to draft
+    for static in ranked[:STATIC_MEASURED] + ([best_chain] if best_chain not in ranked[:STATIC_MEASURED] else []):
         s_tau, s_ms = _run(probe.with_tree(static.arg), prompts, req.max_tokens)
         candidates.append(static)
         measured_tps[static.arg] = 1000.0 * s_tau / s_ms
