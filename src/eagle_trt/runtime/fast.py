@@ -5,8 +5,9 @@ a truncated draft vocabulary.
 - `Int8Linear` (precision "int8"; also every draft on the CPU, which only proposes): weights int8 with one fp32 scale
   per output channel; activations quantized to int8 per token (one scale per row) at run time; int8 x int8 -> int32
   products summed exactly, by `torch._int_mm` or by oneDNN's prepacked u8 x s8 kernel, whichever is faster for the
-  weight's shape on this machine (`onednn_is_faster`; oneDNN only where it proves to give the same sums). A row's result depends on that row alone, so a verify block of T tokens computes each token exactly
-  as a one-token decode step would: the linears are batch-invariant, which keeps EAGLE's output identical to the same
+  weight's shape on this machine (`use_onednn_where_faster`; oneDNN only where it proves to give the same sums). A
+  row's result depends on that row alone, so a verify block of T tokens computes each token exactly as a one-token
+  decode step would: the linears are batch-invariant, which keeps EAGLE's output identical to the same
   engine's plain decoding.
 - `PackedLinear` (precision "float32" on the CPU): the weight reordered once into oneDNN's blocked layout, run by
   `torch.ops.mkldnn._linear_pointwise`. On this project's 2-core AVX-512 CPU a one-token SmolLM2 forward costs less
@@ -30,7 +31,6 @@ from eagle_trt.spec import PRECISIONS
 
 INT8_MAX = 127.0
 log = logging.getLogger(__name__)
-_ONEDNN_FASTER: dict[tuple[int, int], bool] = {}  # (in, out features) -> oneDNN measured faster than _int_mm here
 
 
 class Int8Linear(nn.Module):
@@ -113,18 +113,30 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
-def onednn_is_faster(in_features: int, out_features: int) -> bool:
-    """Is oneDNN's int8 kernel faster than `_int_mm` for this weight shape on this machine (1 and 4 rows, timed
-    once per shape and process on a random weight; SmolLM2 here: its vocabulary head and MLP gate|up, not the
-    attention or down projections)."""
-    key = (in_features, out_features)
-    if key not in _ONEDNN_FASTER:
-        gen = torch.Generator().manual_seed(0)
-        lin = Int8Linear(torch.randn(out_features, in_features, generator=gen))
-        xs = [torch.randn(rows, in_features, generator=gen) for rows in (1, 4)]  # [rows, K]
-        int_mm = _best_seconds(lin, xs)
-        _ONEDNN_FASTER[key] = lin.use_onednn() and _best_seconds(lin, xs) < int_mm
-    return _ONEDNN_FASTER[key]
+def use_onednn_where_faster(modules) -> None:
+    """Every Int8Linear under `modules` (None skipped) runs on oneDNN where that is faster for its weight's shape on
+    this machine: the first linear of each shape is timed on both kernels (1 and 4 rows), the rest follow it
+    (SmolLM2 here: its vocabulary heads and MLP gate|up, not the attention or down projections)."""
+    by_shape: dict[tuple[int, int], dict[int, Int8Linear]] = {}
+    for module in modules:
+        for lin in [] if module is None else module.modules():
+            if isinstance(lin, Int8Linear) and lin.onednn is None:  # a shared head counts once
+                by_shape.setdefault((lin.in_features, lin.out_features), {})[id(lin)] = lin
+    for group in by_shape.values():
+        first, *rest = group.values()
+        if _onednn_if_faster(first):
+            for lin in rest:
+                lin.use_onednn()
+
+
+def _onednn_if_faster(lin: Int8Linear) -> bool:
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(rows, lin.in_features, generator=gen) for rows in (1, 4)]  # [rows, K]
+    int_mm_weight, int_mm = lin.qweight_t, _best_seconds(lin, xs)
+    if lin.use_onednn() and _best_seconds(lin, xs) < int_mm:
+        return True
+    lin.onednn, lin.qweight_t = None, int_mm_weight  # back to _int_mm
+    return False
 
 
 def _best_seconds(lin: nn.Module, xs: list[torch.Tensor], calls: int = 8, repeats: int = 5) -> float:
@@ -243,11 +255,7 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
             quantize_int8(draft)
     if draft is not None and on_cpu:
         pack_linears(draft, packed)  # what is left in fp32: a draft's fc
-    for module in (base, draft):
-        for lin in [] if module is None else module.modules():
-            if isinstance(lin, Int8Linear) and lin.onednn is None and onednn_is_faster(lin.in_features,
-                                                                                       lin.out_features):
-                lin.use_onednn()
+    use_onednn_where_faster((base, draft))
 
 
 def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:
