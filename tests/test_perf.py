@@ -46,6 +46,20 @@ def test_jsonl_and_sharegpt_files(tmp_path):
         datasets.load_dataset("nope")
 
 
+def test_prompts_are_taken_one_per_category_in_turn():
+    mt = datasets.mtbench_prompts()
+    eight = datasets.take_prompts(mt, 8)
+    assert [p.category for p in eight] == ["writing", "roleplay", "reasoning", "math", "coding", "extraction",
+                                           "stem", "humanities"]
+    assert [p.id for p in eight] == [mt[10 * i].id for i in range(8)]  # the first of each, file order kept
+    ten = datasets.take_prompts(mt, 10)
+    assert ten[:8] == eight and [p.id for p in ten[8:]] == [mt[1].id, mt[11].id]
+    assert datasets.take_prompts(mt, 0) == mt and datasets.take_prompts(mt, 500) == mt
+    assert sorted(p.id for p in datasets.take_prompts(mt, 79)) == sorted(p.id for p in mt if p.id != mt[79].id)
+    plain = [datasets.Prompt(str(i), f"p{i}") for i in range(5)]  # no categories: the first n
+    assert datasets.take_prompts(plain, 3) == plain[:3]
+
+
 def test_input_file_writers(tmp_path):
     prompts = datasets.mtbench_prompts()[:3]
     gp = datasets.write_genai_perf_input(prompts, tmp_path / "g.jsonl").read_text().splitlines()
@@ -87,12 +101,16 @@ def test_bundle_has_the_harness_files(bundle):
 @pytest.mark.skipif(not AIPERF.exists(), reason="AIPerf is installed by `make aiperf` (make test does it)")
 def test_real_aiperf_run_report_and_compare(bundle, tmp_path):
     res = CliRunner().invoke(main, ["perf", "run", str(bundle), "--requests", "4", "--max-tokens", "12",
-                                    "--warmup", "1", "--json"])
+                                    "--warmup", "1", "--rounds", "2", "--json"])
     assert res.exit_code == 0, res.output
     report = json.loads(res.output[res.output.index("{"):])
     for key in ("speedup", "mean_accepted_length", "identical"):
         assert key in report
     assert report["identical"] is True and report["compared_requests"] == 4
+    rounds = report["rounds"]  # two runs of each model; the metrics are the faster one's
+    assert len(rounds["eagle_model"]) == len(rounds["base_model"]) == 2 and report["settings"]["rounds"] == 2
+    assert report["eagle"]["output_token_throughput"] == max(rounds["eagle_model"])
+    assert report["speedup"] == pytest.approx(max(rounds["eagle_model"]) / max(rounds["base_model"]))
     assert report["speedup"] > 0 and report["mean_accepted_length"] >= 1.0
     assert report["eagle"]["output_token_throughput"] > 0 and report["base"]["time_to_first_token_ms"] > 0
     perf = bundle / "perf"
@@ -101,13 +119,35 @@ def test_real_aiperf_run_report_and_compare(bundle, tmp_path):
     for png in ("throughput.png", "latency_distributions.png"):
         assert (perf / png).stat().st_size > 1000
     run_dir = Path(report["settings"]["run_dir"])
+    assert (run_dir / "eagle_model-round2" / "profile_export_aiperf.json").exists()
+    assert "rounds (output tok/s, the best of each compared): eagle_model" in (perf / "report.md").read_text()
     out = tmp_path / "cmp"
-    cmp = CliRunner().invoke(main, ["perf", "compare", str(run_dir / "eagle_model"), str(run_dir / "base_model"),
-                                    "-o", str(out), "--json"])
+    cmp = CliRunner().invoke(main, ["perf", "compare", report["eagle"]["artifact_dir"],
+                                    report["base"]["artifact_dir"], "-o", str(out), "--json"])
     assert cmp.exit_code == 0, cmp.output
     again = json.loads(cmp.output[cmp.output.index("{"):])
     assert again["speedup"] == pytest.approx(report["speedup"]) and again["identical"] is True
     assert (out / "report.md").exists()
+
+
+def test_rounds_pick_the_fastest_run_and_check_every_run(tmp_path):
+    from eagle_trt.perf.aiperf_run import RequestResult, RunResult
+    from eagle_trt.perf.report import best_run, build_report, summary_table, with_rounds
+
+    def run(model, tps, texts):
+        reqs = [RequestResult(f"q{i}", t, 10, 100.0, 5.0, 10.0) for i, t in enumerate(texts)]
+        return RunResult(model, {"output_token_throughput": {"avg": tps}}, reqs, tmp_path)
+
+    eagles = [run("eagle_model", 150.0, ["a", "b"]), run("eagle_model", 180.0, ["a", "b"])]
+    bases = [run("base_model", 100.0, ["a", "b"]), run("base_model", 90.0, ["a", "b"])]
+    assert best_run(eagles) is eagles[1] and best_run(bases) is bases[0]
+    report = with_rounds(build_report(best_run(eagles), best_run(bases)), eagles, bases)
+    assert report["speedup"] == pytest.approx(1.8) and report["identical"] is True
+    assert report["rounds"] == {"eagle_model": [150.0, 180.0], "base_model": [100.0, 90.0]}
+    assert "eagle_model 150.0 / 180.0; base_model 100.0 / 90.0" in summary_table(report)
+    eagles[0].requests[1].text = "different"  # a slower eagle run that changed its output still fails the check
+    report = with_rounds(build_report(best_run(eagles), best_run(bases)), eagles, bases)
+    assert report["identical"] is False and report["mismatched_prompts"] == ["q1"]
 
 
 def test_compare_rejects_what_it_cannot_read(tmp_path):

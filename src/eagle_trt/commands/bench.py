@@ -19,7 +19,8 @@ from eagle_trt.spec import PRECISIONS
                    "to this machine and draft (perf/calibrate.py, cached), its predicted tok/s shown beside.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
 @click.option("--prompts", type=click.IntRange(min=0),
-              default=10, show_default=True, help="0 = every prompt of the dataset.")
+              default=10, show_default=True,
+              help="How many, one per category in turn (MT-bench: writing, roleplay, ...); 0 = every prompt.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,

@@ -26,25 +26,27 @@ def perf_group():
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
 @click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Prompts (the first N of the dataset).")
+              help="Prompts, one per category in turn (MT-bench: writing, roleplay, ...).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Warm-up requests per model.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="AIPerf runs per model, alternating which model goes first; the fastest of each is compared.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json.")
-def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, out_dir, as_json):
+def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, rounds, out_dir, as_json):
     """Run AIPerf on eagle_model and base_model with the same prompts and greedy decoding, check the texts are
     identical, and write the report.
 
     \b
     Example:
-      eagle-trt perf run out --dataset mt-bench --requests 20 --max-tokens 128
+      eagle-trt perf run out --dataset mt-bench --requests 20 --max-tokens 128 --rounds 3
     """
     from eagle_trt.perf.report import summary_table
     from eagle_trt.perf.run import PerfRequest, run_perf
 
     echo = (lambda msg: click.echo(msg, err=True))
-    report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir), echo=echo)
+    report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir, rounds), echo=echo)
     report_dir = out_dir or bundle / "perf"
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))

@@ -39,11 +39,10 @@ class BenchConfig:
 def _encode_all(cfg: BenchConfig) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+    from eagle_trt.perf.datasets import encode_prompt, load_dataset, take_prompts
 
     tok = AutoTokenizer.from_pretrained(cfg.base)
-    prompts = load_dataset(cfg.dataset)
-    return [encode_prompt(tok, p.text, cfg.chat) for p in (prompts[: cfg.prompts] if cfg.prompts else prompts)]
+    return [encode_prompt(tok, p.text, cfg.chat) for p in take_prompts(load_dataset(cfg.dataset), cfg.prompts)]
 
 
 def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:

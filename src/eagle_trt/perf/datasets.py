@@ -89,6 +89,21 @@ def load_dataset(name: str) -> list[Prompt]:
     raise EagleTrtError(f"unknown dataset {name!r}", "use mt-bench, humaneval or a JSONL file of prompts")
 
 
+def take_prompts(prompts: list[Prompt], n: int) -> list[Prompt]:
+    """`n` prompts (all for n <= 0 or n >= len) spread over the dataset's categories: one of each category in the
+    order they first appear, then a second of each, and so on, each category's prompts in file order. MT-bench lists
+    its 80 questions category by category (ten writing first), so its first 8 would all be writing; 8 taken this way
+    are one of each of its 8 categories. A dataset without categories: the first n."""
+    if n <= 0 or n >= len(prompts):
+        return list(prompts)
+    by_category: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        by_category.setdefault(p.category, []).append(p)
+    groups = list(by_category.values())
+    spread = [g[i] for i in range(max(len(g) for g in groups)) for g in groups if i < len(g)]
+    return spread[:n]
+
+
 def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
     """Token ids of the prompt, through the base's chat template when `chat` (and the tokenizer has one)."""
     if chat:

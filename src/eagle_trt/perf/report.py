@@ -2,7 +2,8 @@
 report.md and PNG plots.
 
 report.json top level: speedup (eagle / base output tok/s), mean_accepted_length, identical (every eagle text
-equals its base text), plus per-model metrics, per-category speedups, settings, versions and the machine.
+equals its base text), plus per-model metrics, per-category speedups, settings, versions and the machine; with
+several rounds (`perf run --rounds`), `rounds`: every run's output tok/s per model (the metrics are the best run's).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from eagle_trt import __version__
 from eagle_trt.perf.aiperf_run import RunResult
+from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL
 
 
 def _avg(summary: dict, key: str):
@@ -48,20 +50,45 @@ def build_report(eagle: RunResult, base: RunResult, *, categories: dict[str, str
                if e["output_token_throughput"] and b["output_token_throughput"] else None)
     steps = [a for r in eagle.requests for a in r.accepted_lengths]
     mean_al = statistics.mean(steps) if steps else (e["spec_decode_acceptance_length"] or None)
-    base_text = {r.prompt: r.text for r in base.requests}
-    pairs = [(r, base_text.get(r.prompt)) for r in eagle.requests]
-    compared = [(r, t) for r, t in pairs if t is not None]
-    mismatches = [r.prompt[:80] for r, t in compared if r.text != t]
-    identical = bool(compared) and not mismatches
+    compared, mismatches = _compare_texts(eagle, base)
+    identical = compared > 0 and not mismatches
     per_category = _per_category(eagle, base, categories or {})
     return {
         "speedup": speedup, "mean_accepted_length": mean_al, "identical": identical,
-        "compared_requests": len(compared), "mismatched_prompts": mismatches,
+        "compared_requests": compared, "mismatched_prompts": mismatches,
         "eagle": e, "base": b, "per_category_speedup": per_category,
         "accepted_length_histogram": _histogram(steps),
         "settings": settings or {}, "versions": _versions(), "machine": _machine(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _compare_texts(eagle: RunResult, base: RunResult) -> tuple[int, list[str]]:
+    """(requests of `eagle` with a base text for the same prompt, the first 80 characters of those that differ)."""
+    base_text = {r.prompt: r.text for r in base.requests}
+    compared = [(r, base_text[r.prompt]) for r in eagle.requests if r.prompt in base_text]
+    return len(compared), [r.prompt[:80] for r, text in compared if r.text != text]
+
+
+def _throughput(run: RunResult) -> float:
+    return _avg(run.summary, "output_token_throughput") or 0.0
+
+
+def best_run(runs: list[RunResult]) -> RunResult:
+    """The run with the highest output tok/s (the least disturbed by whatever else the machine was doing)."""
+    return max(runs, key=_throughput)
+
+
+def with_rounds(report: dict, eagle_runs: list[RunResult], base_runs: list[RunResult]) -> dict:
+    """`report` (built from the best run of each model) plus every round's output tok/s, and its identity verdict
+    widened to every run: each eagle run against each base run (greedy output must not change from run to run)."""
+    mismatches = list(report["mismatched_prompts"])
+    for eagle in eagle_runs:
+        for base in base_runs:
+            mismatches += [p for p in _compare_texts(eagle, base)[1] if p not in mismatches]
+    rounds = {EAGLE_MODEL: [_throughput(r) for r in eagle_runs], BASE_MODEL: [_throughput(r) for r in base_runs]}
+    return dict(report, rounds=rounds, mismatched_prompts=mismatches,
+                identical=report["compared_requests"] > 0 and not mismatches)
 
 
 def _per_category(eagle: RunResult, base: RunResult, categories: dict[str, str]) -> dict:
@@ -116,7 +143,12 @@ def summary_table(report: dict) -> str:
     lines += ["", f"speedup (output tok/s): **{_fmt(report['speedup'])}x**",
               f"mean accepted length: **{_fmt(report['mean_accepted_length'])}**",
               f"identical outputs: **{'yes' if report['identical'] else 'NO'}** "
-              f"({report['compared_requests']} requests compared)"]
+              f"({report['compared_requests']} requests compared"
+              + (f", in every one of {len(report['rounds'][EAGLE_MODEL])} rounds)" if "rounds" in report else ")")]
+    if "rounds" in report:
+        runs = "; ".join(f"{model} " + " / ".join(_fmt(x, ".1f") for x in values)
+                         for model, values in report["rounds"].items())
+        lines.append(f"rounds (output tok/s, the best of each compared): {runs}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,7 @@
 """`eagle-trt perf run`: AIPerf at concurrency 1 on eagle_model and base_model (same prompts, same max tokens,
-greedy, streaming), the identity check, and the report. Starts tritonserver on the bundle unless --url is given."""
+greedy, streaming), the identity check, and the report. Starts tritonserver on the bundle unless --url is given.
+With rounds > 1 each model runs that many times, alternating which goes first, and the fastest run of each is
+compared (best against best); every run's texts are checked."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from pathlib import Path
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, MODELS
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.perf.aiperf_run import run_aiperf
-from eagle_trt.perf.datasets import load_dataset, write_aiperf_input
-from eagle_trt.perf.report import build_report, write_report
+from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
+from eagle_trt.perf.datasets import load_dataset, take_prompts, write_aiperf_input
+from eagle_trt.perf.report import best_run, build_report, with_rounds, write_report
 
 
 
@@ -26,38 +28,52 @@ class PerfRequest:
     max_tokens: int = 128
     warmup: int = 1
     out_dir: Path | None = None
+    rounds: int = 1  # AIPerf runs per model, alternating which model goes first; the best run of each is compared
 
 
 def run_perf(req: PerfRequest, echo=print) -> dict:
-    if req.requests < 1 or req.max_tokens < 1 or req.warmup < 0:
+    if req.requests < 1 or req.max_tokens < 1 or req.warmup < 0 or req.rounds < 1:
         raise EagleTrtError(f"invalid perf settings: requests {req.requests}, max tokens {req.max_tokens}, warmup "
-                            f"{req.warmup}", "requests and max tokens must be >= 1, warmup >= 0")
+                            f"{req.warmup}, rounds {req.rounds}",
+                            "requests, max tokens and rounds must be >= 1, warmup >= 0")
     spec = BuildSpec.load(req.bundle)
-    prompts = load_dataset(req.dataset)[: req.requests]
+    prompts = take_prompts(load_dataset(req.dataset), req.requests)
     out_dir = req.out_dir or req.bundle / "perf"
     run_dir = out_dir / "runs" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens)
     categories = {p.text: p.category for p in prompts if p.category}
-    results = {}
+    runs: dict[str, list[RunResult]] = {model: [] for model in MODELS}
     with bundle_server(req, echo) as url:
-        for model in MODELS:
-            echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1 ...")
-            t0 = time.time()
-            results[model] = run_aiperf(model, url, input_file, spec.base.path, len(prompts), req.warmup,
-                                        run_dir / model, run_dir / f"{model}.aiperf.log",
-                                        cumulative=spec.engine == "llmapi",
-                                        perf_metrics=spec.acceptance_figures)
-            echo(f"  done in {time.time() - t0:.0f} s")
+        for index in range(req.rounds):
+            for model in round_order(index):
+                tag = model if index == 0 else f"{model}-round{index + 1}"
+                echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1"
+                     + (f" (round {index + 1} of {req.rounds})" if req.rounds > 1 else "") + " ...")
+                t0 = time.time()
+                runs[model].append(run_aiperf(model, url, input_file, spec.base.path, len(prompts), req.warmup,
+                                              run_dir / tag, run_dir / f"{tag}.aiperf.log",
+                                              cumulative=spec.engine == "llmapi",
+                                              perf_metrics=spec.acceptance_figures))
+                echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
-                "warmup": req.warmup, "concurrency": 1, "temperature": 0.0, "streaming": True,
+                "warmup": req.warmup, "rounds": req.rounds, "concurrency": 1, "temperature": 0.0, "streaming": True,
                 "engine": spec.engine, "runtime_tree": spec.runtime_tree, "dtype": spec.dtype, "device": spec.device,
                 "acceptance_figures": spec.acceptance_figures,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}
-    report = build_report(results[EAGLE_MODEL], results[BASE_MODEL], categories=categories, settings=settings)
-    write_report(report, out_dir, results[EAGLE_MODEL], results[BASE_MODEL])
+    eagle, base = best_run(runs[EAGLE_MODEL]), best_run(runs[BASE_MODEL])
+    report = build_report(eagle, base, categories=categories, settings=settings)
+    if req.rounds > 1:
+        report = with_rounds(report, runs[EAGLE_MODEL], runs[BASE_MODEL])
+    write_report(report, out_dir, eagle, base)
     return report
+
+
+def round_order(index: int) -> tuple[str, ...]:
+    """eagle_model first in even rounds, base_model first in odd ones (a drift in the machine's speed over the run
+    then favours neither)."""
+    return MODELS if index % 2 == 0 else tuple(reversed(MODELS))
 
 
 @contextlib.contextmanager
