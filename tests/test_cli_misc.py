@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from eagle_trt.cli import COMMANDS, main
@@ -56,6 +57,12 @@ def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):
     assert set(rows) == {"plain", "chain:2", "dynamic:2,2,4"}
     assert all(r["identical_to_plain"] for r in rows.values()) and rows["plain"]["speedup"] == 1.0
     assert "| chain:2 |" in res.output
+    for row in rows.values():  # two prompts: MT-bench's first writing and first roleplay question
+        cats = row["per_category"]
+        assert set(cats) == {"writing", "roleplay"} and sum(c["tokens"] for c in cats.values()) == row["tokens"]
+        assert sum(c["seconds"] for c in cats.values()) == pytest.approx(row["seconds"])
+    assert all(c["speedup"] == pytest.approx(1.0) for c in rows["plain"]["per_category"].values())
+    assert "Per category: speedup over plain" in res.output and "| dynamic:2,2,4 | " in res.output
 
 
 def test_bench_compares_drafts_on_the_same_prompts(tiny_base, eagle1_draft, eagle3_draft, tmp_path):
@@ -73,8 +80,6 @@ def test_bench_compares_drafts_on_the_same_prompts(tiny_base, eagle1_draft, eagl
 
 
 def test_demo_model_prints_its_directory_last(monkeypatch, tmp_path):
-    import pytest
-
     pytest.importorskip("gguf")
     from eagle_trt.demo_model import DRAFT_DIR
 

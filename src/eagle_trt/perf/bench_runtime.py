@@ -36,13 +36,15 @@ class BenchConfig:
         return tuple(self.draft) if isinstance(self.draft, (tuple, list)) else (self.draft,)
 
 
-def _encode_all(cfg: BenchConfig) -> list[list[int]]:
+def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
+    """(token ids, category) of each prompt the bench runs."""
     from transformers import AutoTokenizer
 
     from eagle_trt.perf.datasets import encode_prompt, load_dataset, take_prompts
 
     tok = AutoTokenizer.from_pretrained(cfg.base)
-    return [encode_prompt(tok, p.text, cfg.chat) for p in take_prompts(load_dataset(cfg.dataset), cfg.prompts)]
+    prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
+    return [encode_prompt(tok, p.text, cfg.chat) for p in prompts], [p.category for p in prompts]
 
 
 def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
@@ -70,7 +72,18 @@ def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]
 
 def _empty_row() -> dict:
     return {"tokens": 0, "seconds": 0.0, "prefill_s": 0.0, "accepted_lengths": [], "drafted": 0, "accepted": 0,
-            "draft_s": 0.0, "verify_s": 0.0, "outputs": []}
+            "draft_s": 0.0, "verify_s": 0.0, "outputs": [], "categories": {}}
+
+
+def _per_category(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
+    """category -> tok/s, speedup over plain and mean accepted length, from [tokens, seconds, steps] sums."""
+    out = {}
+    for cat, (tokens, seconds, steps) in categories.items():
+        tps = tokens / max(seconds, 1e-9)
+        out[cat] = {"tokens": tokens, "seconds": seconds, "tok_per_s": tps,
+                    "speedup": tps * plain[cat][1] / max(plain[cat][0], 1),
+                    "mean_accepted_length": tokens / max(steps, 1)}
+    return out
 
 
 def _summarise(rows: dict) -> dict:
@@ -82,6 +95,8 @@ def _summarise(rows: dict) -> dict:
                      "mean_accepted_length": sum(lengths) / max(len(lengths), 1),
                      "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
                      "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"])}
+        if len(r["categories"]) > 1:
+            out[name]["per_category"] = _per_category(r["categories"], rows["plain"]["categories"])
     base_tps = out["plain"]["tok_per_s"]
     reference = rows["plain"]["outputs"]
     for name, row in out.items():
@@ -98,7 +113,7 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
 
     from eagle_trt.perf.calibrate import predict
 
-    prompts = _encode_all(cfg)
+    prompts, categories = _encode_all(cfg)
     settings, tunings = _settings(cfg, echo)
     engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
@@ -115,8 +130,9 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
         for name, engine in engines.items():
             t0 = time.perf_counter()
             res = engine.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
+            elapsed = time.perf_counter() - t0
             r = rows[name]
-            r["seconds"] += time.perf_counter() - t0
+            r["seconds"] += elapsed
             r["tokens"] += len(res.token_ids)
             r["prefill_s"] += res.stats.prefill_time_s
             r["accepted_lengths"] += res.stats.accepted_lengths
@@ -125,6 +141,10 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
             r["draft_s"] += res.stats.draft_time_s
             r["verify_s"] += res.stats.verify_time_s
             r["outputs"].append(res.token_ids)
+            sums = r["categories"].setdefault(categories[i], [0, 0.0, 0])  # [tokens, seconds, verify steps]
+            sums[0] += len(res.token_ids)
+            sums[1] += elapsed
+            sums[2] += len(res.stats.accepted_lengths)
         summary = _summarise(rows)
         for name, (draft, tree) in settings.items():
             guess = predict(tunings[draft], tree) if draft in tunings else None
@@ -157,5 +177,14 @@ def format_table(result: dict) -> str:
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
                      f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} "
                      f"({r['identical_prompts']}/{n}) |")
+    with_categories = [name for name, r in result["rows"].items() if "per_category" in r and name != "plain"]
+    if with_categories:
+        lines += ["", "Per category: speedup over plain (mean accepted length)", "",
+                  "| setting | " + " | ".join(result["rows"][with_categories[0]]["per_category"]) + " |",
+                  "|---|" + "---|" * len(result["rows"][with_categories[0]]["per_category"])]
+        for name in with_categories:
+            cells = [f"{c['speedup']:.2f}x ({c['mean_accepted_length']:.2f})"
+                     for c in result["rows"][name]["per_category"].values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
