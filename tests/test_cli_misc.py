@@ -62,6 +62,11 @@ def test_bench_writes_json(tiny_base, eagle1_draft, tmp_path):
         assert set(cats) == {"writing", "roleplay"} and sum(c["tokens"] for c in cats.values()) == row["tokens"]
         assert sum(c["seconds"] for c in cats.values()) == pytest.approx(row["seconds"])
     assert all(c["speedup"] == pytest.approx(1.0) for c in rows["plain"]["per_category"].values())
+    assert all(c["mean_accepted_length"] == 1.0 for c in rows["plain"]["per_category"].values())
+    for name in ("chain:2", "dynamic:2,2,4"):  # the step-weighted mean of the categories is the row's
+        cats = rows[name]["per_category"].values()
+        assert 1.0 <= min(c["mean_accepted_length"] for c in cats) <= rows[name]["mean_accepted_length"] \
+            <= max(c["mean_accepted_length"] for c in cats) <= 3.0
     assert "Per category: speedup over plain" in res.output and "| dynamic:2,2,4 | " in res.output
 
 

@@ -76,13 +76,14 @@ def _empty_row() -> dict:
 
 
 def _per_category(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
-    """category -> tok/s, speedup over plain and mean accepted length, from [tokens, seconds, steps] sums."""
+    """category -> tok/s, speedup over plain and mean accepted length, from [tokens, seconds, verify steps, tokens
+    accepted by them] sums."""
     out = {}
-    for cat, (tokens, seconds, steps) in categories.items():
+    for cat, (tokens, seconds, steps, accepted) in categories.items():
         tps = tokens / max(seconds, 1e-9)
         out[cat] = {"tokens": tokens, "seconds": seconds, "tok_per_s": tps,
                     "speedup": tps * plain[cat][1] / max(plain[cat][0], 1),
-                    "mean_accepted_length": tokens / max(steps, 1)}
+                    "mean_accepted_length": accepted / max(steps, 1)}
     return out
 
 
@@ -141,10 +142,11 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
             r["draft_s"] += res.stats.draft_time_s
             r["verify_s"] += res.stats.verify_time_s
             r["outputs"].append(res.token_ids)
-            sums = r["categories"].setdefault(categories[i], [0, 0.0, 0])  # [tokens, seconds, verify steps]
+            sums = r["categories"].setdefault(categories[i], [0, 0.0, 0, 0])  # as _per_category reads them
             sums[0] += len(res.token_ids)
             sums[1] += elapsed
             sums[2] += len(res.stats.accepted_lengths)
+            sums[3] += sum(res.stats.accepted_lengths)
         summary = _summarise(rows)
         for name, (draft, tree) in settings.items():
             guess = predict(tunings[draft], tree) if draft in tunings else None

@@ -49,7 +49,8 @@ def run_load(req: LoadRequest, echo=print) -> dict:
             if n > len(prompts):
                 raise EagleTrtError(f"concurrency {level} x {req.requests_per_stream} requests needs {n} prompts; "
                                     f"{req.dataset} has {len(prompts)}", "lower --requests-per-stream or --concurrency")
-            input_file = write_aiperf_input(take_prompts(prompts, n), run_dir / f"c{level}.prompts.jsonl", req.max_tokens)
+            input_file = write_aiperf_input(take_prompts(prompts, n), run_dir / f"c{level}.prompts.jsonl",
+                                            req.max_tokens)
 
             def one(model, tag, level=level, n=n, input_file=input_file):
                 return run_aiperf(model, url, input_file, spec.base.path, n, min(level, 2), run_dir / f"{tag}-{model}",
