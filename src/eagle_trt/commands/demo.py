@@ -11,7 +11,7 @@ import click
 from eagle_trt.spec import PRECISIONS
 
 DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU (runtime/fast.py)
-DEMO_ROUNDS = 3  # one pair of runs moved the speedup by +-10 % on the 2-core machine; best of 3, alternating, held
+DEMO_ROUNDS = 3  # one run per model moved the speedup by +-10 % on the 2-core machine; 3 alternating: +-4 %
 
 
 @click.command("demo")

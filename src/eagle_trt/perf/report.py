@@ -82,10 +82,8 @@ def best_run(runs: list[RunResult]) -> RunResult:
 def with_rounds(report: dict, eagle_runs: list[RunResult], base_runs: list[RunResult]) -> dict:
     """`report` (built from the best run of each model) plus every round's output tok/s, and its identity verdict
     widened to every run: each eagle run against each base run (greedy output must not change from run to run)."""
-    mismatches = list(report["mismatched_prompts"])
-    for eagle in eagle_runs:
-        for base in base_runs:
-            mismatches += [p for p in _compare_texts(eagle, base)[1] if p not in mismatches]
+    mismatches = list(dict.fromkeys(p for eagle in eagle_runs for base in base_runs
+                                    for p in _compare_texts(eagle, base)[1]))  # the best pair's among them
     rounds = {EAGLE_MODEL: [_throughput(r) for r in eagle_runs], BASE_MODEL: [_throughput(r) for r in base_runs]}
     return dict(report, rounds=rounds, mismatched_prompts=mismatches,
                 identical=report["compared_requests"] > 0 and not mismatches)
