@@ -39,10 +39,11 @@ class TinyDims:
     intermediate_size: int = 128
     max_position_embeddings: int = 512
     rope_theta: float = 10000.0
+    explicit_head_dim: int = 0  # 0: hidden_size // num_attention_heads
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.explicit_head_dim or self.hidden_size // self.num_attention_heads
 
 
 def make_tokenizer(out: Path, vocab_size: int = 384) -> int:
@@ -161,10 +162,12 @@ def _base_embed(base: Path) -> torch.Tensor:
 def _draft_dims(base: Path) -> tuple[dict, TinyDims]:
     """The base's config.json and the one-layer dims of a draft for it."""
     base_cfg = json.loads((base / "config.json").read_text())
+    theta = base_cfg.get("rope_theta") or (base_cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
     return base_cfg, TinyDims(hidden_size=base_cfg["hidden_size"], num_hidden_layers=1,
                               num_attention_heads=base_cfg["num_attention_heads"],
                               num_key_value_heads=base_cfg["num_key_value_heads"],
-                              intermediate_size=base_cfg["intermediate_size"], rope_theta=base_cfg["rope_theta"])
+                              intermediate_size=base_cfg["intermediate_size"], rope_theta=theta,
+                              explicit_head_dim=base_cfg.get("head_dim") or 0)
 
 
 def make_eagle1_draft(out: Path, base: Path, bias: bool = True, with_embed: bool = True, seed: int = 1,

@@ -51,8 +51,8 @@ def test_a_draft_contradicting_its_config_is_named(tiny_base, bad_q_draft):
     cfg = json.loads((bad_q_draft / "config.json").read_text())
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     found = [(heads - 1) * hidden // heads, hidden]
-    assert "'layers.0.self_attn.q_proj.weight'" in problems[0]
-    assert f"shape {found}" in problems[0] and f"expected {[hidden, hidden]}" in problems[0]
+    assert "'layers.0.self_attn.q_proj.weight'" in problems[0].message
+    assert f"shape {found}" in problems[0].message and f"expected {[hidden, hidden]}" in problems[0].message
 
 
 def test_inspect_build_and_load_stop_at_the_door(tiny_base, bad_q_draft, tmp_path):
@@ -79,4 +79,4 @@ def test_a_base_with_a_wrong_mlp_is_named(tiny_base, tmp_path):
         t["model.layers.1.mlp.down_proj.weight"] = torch.cat((w, w[:, :1]), dim=1)
     bad = _resave(tiny_base, tmp_path / "bad_base", widen)
     problems = shape_problems(ModelSpec.from_dir(bad))
-    assert len(problems) == 1 and "model.layers.1.mlp.down_proj.weight" in problems[0]
+    assert len(problems) == 1 and "model.layers.1.mlp.down_proj.weight" in problems[0].message

@@ -163,7 +163,7 @@ def test_refusals(tmp_path, tiny_base, eagle1_draft, eagle3_draft):
     qwen = builders.make_base(tmp_path / "q")
     cfg = json.loads((qwen / "config.json").read_text())
     (qwen / "config.json").write_text(json.dumps(cfg | {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}))
-    with pytest.raises(EagleTrtError, match="is not Llama"):
+    with pytest.raises(EagleTrtError, match="does not run Qwen2 / Qwen2.5 bases"):
         convert(trt_spec(qwen, None), tmp_path / "c")
     (tmp_path / "exists").mkdir()
     with pytest.raises(EagleTrtError, match="already exists"):

@@ -9,11 +9,14 @@ from eagle_trt.cli import main
 BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_size", "num_attention_heads",
              "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
              "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id",
-             "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "is_llama"}
+             "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "family", "qkv_bias", "o_bias",
+             "mlp_bias", "qk_norm", "sliding_window", "sliding_layers"}
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
               "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
-              "capture_layers", "max_position_embeddings"}
+              "capture_layers", "max_position_embeddings", "capture_source", "layout", "layer_prefix", "rope_scaling",
+              "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_before_residual", "input_norm", "fc_norm",
+              "norm_output", "final_norm"}
 
 
 def run(*args):
@@ -84,14 +87,13 @@ def test_an_unsupported_rope_scaling_is_refused_by_inspect_and_build(tiny_base, 
     base = tmp_path / "yarn_base"
     shutil.copytree(tiny_base, base)
     cfg = json.loads((base / "config.json").read_text())
-    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+    cfg["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     (base / "config.json").write_text(json.dumps(cfg))
-    res = run("--base", base, "--draft", eagle1_draft)
-    assert res.exit_code == 1 and "rope_scaling type 'yarn' is not supported" in res.output
-    assert "Traceback" not in res.output
-    report = json.loads(run("--base", base, "--json").stdout)
-    assert not report["compatible"] and not report["engines"]["pytorch"]["ok"]
+    words = "rope_type 'dynamic' is not supported: dynamic NTK scaling changes the frequencies"
+    for args in (("--base", base, "--draft", eagle1_draft), ("--base", base, "--json")):
+        res = run(*args)
+        assert res.exit_code == 1 and words in res.output and "Traceback" not in res.output
     built = CliRunner().invoke(main, ["build", "--base", str(base), "--draft", str(eagle1_draft), "-o",
                                       str(tmp_path / "out"), "--engine", "pytorch", "--tree", "chain:2"])
-    assert built.exit_code == 1 and "rope_scaling type 'yarn' is not supported" in built.output
+    assert built.exit_code == 1 and words in built.output
     assert "llama3" in built.output and not (tmp_path / "out").exists()  # the hint names what works

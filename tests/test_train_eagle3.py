@@ -12,7 +12,7 @@ from safetensors import safe_open
 from eagle_trt.cli import main
 from eagle_trt.runtime import EagleEngine
 from eagle_trt.runtime.loading import build_draft, load_base, load_draft
-from eagle_trt.runtime.model import LlamaArgs
+from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.spec import DraftSpec, ModelSpec
 from eagle_trt.train.data import DataConfig, generate_data, load_records
 from eagle_trt.train.eagle3 import (Eagle3TrainConfig, chunk_tensors, draft_vocabulary, evaluate3, init_from_base,
@@ -26,7 +26,7 @@ from test_train import PROMPTS
 @pytest.fixture(scope="module")
 def records(tiny_base, tmp_path_factory):
     spec = ModelSpec.from_dir(tiny_base)
-    capture = LlamaArgs.from_spec(spec).eagle3_layers
+    capture = standard_capture_layers(spec.num_hidden_layers)
     paths = generate_data(tiny_base, PROMPTS[:8], tmp_path_factory.mktemp("d3") / "data",
                           DataConfig(gen_tokens=16, shard_records=4), capture=capture)
     recs = load_records(paths)

@@ -22,18 +22,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from eagle_trt.checkpoints import find_weight_files, open_weights
+from eagle_trt.draft_layouts import LAYOUTS, engine_draft_problems, read_draft, standard_capture_layers
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, Architecture, Rope, family_of, read_architecture, require_int
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
-LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
 
-ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")  # what computes eagle_model (README, Engines)
 EAGLE_MODEL, BASE_MODEL = "eagle_model", "base_model"  # the two ensembles a bundle serves (speculative, plain)
 MODELS = (EAGLE_MODEL, BASE_MODEL)
-
-# rope_scaling types the runtime and the TensorRT-LLM checkpoint support, with the keys each one needs
-ROPE_SCALINGS = {None: (), "default": (), "linear": ("factor",),
-                 "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 
 # Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/fast.py); the others are torch dtypes.
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
@@ -62,32 +58,6 @@ def read_config(path: Path, what: str) -> dict:
         raise EagleTrtError(f"{cfg_file} must hold a JSON object, got {type(cfg).__name__}",
                             "restore the original config.json")
     return cfg
-
-
-def rope_scaling_kind(scaling: dict | None) -> str | None:
-    """The rope_scaling type of a config's dict ("rope_type", or the older "type"); None without scaling."""
-    return scaling.get("rope_type", scaling.get("type")) if scaling else None
-
-
-def rope_scaling_problem(scaling: dict | None) -> str | None:
-    """Why a rope_scaling cannot be served (an unknown type or a missing key), or None when it can."""
-    kind = rope_scaling_kind(scaling)
-    if kind not in ROPE_SCALINGS:
-        return (f"rope_scaling type {kind!r} is not supported (supported: "
-                f"{', '.join(str(k) for k in ROPE_SCALINGS if k)})")
-    missing = [key for key in ROPE_SCALINGS[kind] if key not in scaling]
-    if missing:
-        return f"rope_scaling {kind!r} lacks {', '.join(missing)}"
-    return None
-
-
-def _require(cfg: dict, key: str, cfg_file: Path, kind=int):
-    value = cfg.get(key)
-    if value is None:
-        raise EagleTrtError(f"{cfg_file} has no {key!r}", f"a Llama config.json needs {key}; restore the original file")
-    if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise EagleTrtError(f"{cfg_file}: {key} = {value!r} is not a positive integer", "restore the original file")
-    return value
 
 
 def _ids(value) -> list[int]:
@@ -141,7 +111,9 @@ class LayerDims:
 
 @dataclass(frozen=True)
 class ModelSpec(LayerDims):
-    """A Hugging Face Llama-family base checkpoint, described from config.json, tokenizer files and weight index."""
+    """A Hugging Face base checkpoint of a supported family (eagle_trt.families), described from config.json,
+    tokenizer files and weight index. The fields after `weight_format` are the family's reading of the config; their
+    defaults are Llama's, so a spec saved before they existed reads back as the Llama it was."""
 
     path: Path
     architecture: str
@@ -149,7 +121,7 @@ class ModelSpec(LayerDims):
     num_hidden_layers: int
     rms_norm_eps: float
     rope_theta: float
-    rope_scaling: dict | None
+    rope_scaling: dict | None  # normalised (families.read_rope): None = plain RoPE, else {"rope_type": ..., keys}
     max_position_embeddings: int
     tie_word_embeddings: bool
     torch_dtype: str | None
@@ -158,6 +130,13 @@ class ModelSpec(LayerDims):
     has_tokenizer: bool
     has_chat_template: bool
     weight_format: str
+    family: str = "llama"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] = ()
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelSpec:
@@ -165,14 +144,20 @@ class ModelSpec(LayerDims):
         cfg = read_config(path, "base")
         cfg_file = path / "config.json"
         fmt, files, _ = find_weight_files(path)
-        arch = (cfg.get("architectures") or ["?"])[0]
-        hidden = _require(cfg, "hidden_size", cfg_file)
-        heads = _require(cfg, "num_attention_heads", cfg_file)
-        for key in ("num_hidden_layers", "intermediate_size", "vocab_size"):
-            _require(cfg, key, cfg_file)
-        if "fc.weight" in _weight_names(path) or "midlayer.self_attn.q_proj.weight" in _weight_names(path):
+        names = _weight_names(path)
+        if "fc.weight" in names or any(n.startswith("midlayer.") for n in names):
             raise EagleTrtError(f"{path} is an EAGLE draft, not a base model (it has fc.weight)",
                                 "pass the draft with --draft and the full Hugging Face model with --base")
+        family = family_of(cfg, cfg_file)
+        arch = (cfg.get("architectures") or [family.architectures[0]])[0]
+        hidden = require_int(cfg, "hidden_size", cfg_file)
+        heads = require_int(cfg, "num_attention_heads", cfg_file)
+        layers = require_int(cfg, "num_hidden_layers", cfg_file)
+        for key in ("intermediate_size", "vocab_size"):
+            require_int(cfg, key, cfg_file)
+        defaults = family.defaults
+        max_pos = int(cfg.get("max_position_embeddings") or defaults["max_position_embeddings"])
+        shape = read_architecture(cfg, cfg_file, family, layers, max_pos)
         eos = _ids(cfg.get("eos_token_id"))
         gen_file = path / "generation_config.json"
         if gen_file.exists():
@@ -183,21 +168,30 @@ class ModelSpec(LayerDims):
         has_tok, has_template, eot = _tokenizer_info(path)
         eos_ids = tuple(dict.fromkeys(eos + eot))
         return cls(
-            path=path.resolve(), architecture=arch, model_type=str(cfg.get("model_type", "?")),
-            num_hidden_layers=cfg["num_hidden_layers"], hidden_size=hidden, num_attention_heads=heads,
+            path=path.resolve(), architecture=arch, model_type=str(cfg.get("model_type") or family.model_types[0]), num_hidden_layers=layers,
+            hidden_size=hidden, num_attention_heads=heads,
             num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads), intermediate_size=cfg["intermediate_size"],
-            vocab_size=cfg["vocab_size"], rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(cfg.get("rope_theta", 10000.0)), rope_scaling=cfg.get("rope_scaling"),
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            head_dim=int(cfg.get("head_dim") or defaults.get("head_dim") or hidden // heads),
+            intermediate_size=cfg["intermediate_size"], vocab_size=cfg["vocab_size"],
+            rms_norm_eps=float(cfg.get("rms_norm_eps", defaults["rms_norm_eps"])),
+            rope_theta=shape.rope.theta, rope_scaling=shape.rope.scaling, max_position_embeddings=max_pos,
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", defaults["tie_word_embeddings"])),
             torch_dtype=cfg.get("torch_dtype") or cfg.get("dtype"), bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos_ids, has_tokenizer=has_tok, has_chat_template=has_template, weight_format=fmt,
+            family=family.name, qkv_bias=shape.qkv_bias, o_bias=shape.o_bias, mlp_bias=shape.mlp_bias,
+            qk_norm=shape.qk_norm, sliding_window=shape.sliding_window, sliding_layers=shape.sliding_layers,
         )
 
     @property
-    def is_llama(self) -> bool:
-        return self.architecture in LLAMA_ARCHITECTURES or self.model_type == "llama"
+    def shape(self) -> Architecture:
+        """The family's reading of the config, as the runtime and the converter take it."""
+        return Architecture(family=self.family, qkv_bias=self.qkv_bias, o_bias=self.o_bias, mlp_bias=self.mlp_bias,
+                            qk_norm=self.qk_norm, sliding_window=self.sliding_window,
+                            sliding_layers=self.sliding_layers, rope=Rope(self.rope_theta, self.rope_scaling))
+
+    @property
+    def family_label(self) -> str:
+        return FAMILY_BY_TYPE[self.family].label
 
 
 def _weight_names(path: Path) -> set[str]:
@@ -207,7 +201,9 @@ def _weight_names(path: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class DraftSpec(LayerDims):
-    """An EAGLE draft checkpoint (research/trtllm_eagle.md §A): format detected from its tensor names."""
+    """An EAGLE draft checkpoint in any published layout (eagle_trt.draft_layouts reads them all into this). The
+    fields after `max_position_embeddings` default to the SafeAILab layout, so a spec saved before they existed
+    reads back as the draft it was."""
 
     path: Path
     format: str  # "eagle1" (EAGLE-1/2) | "eagle3"
@@ -221,66 +217,43 @@ class DraftSpec(LayerDims):
     num_hidden_layers: int
     weight_format: str
     max_position_embeddings: int = 2048
-    # EAGLE-3: base layers whose *input* hidden state the draft was trained on, when its config names them
-    # (`eagle_aux_hidden_state_layer_ids`, vLLM/speculators convention); None = the standard (2, L//2, L-3)
+    # EAGLE-3: base layers whose *input* hidden state the draft reads (draft_layouts: one rule, inputs), when its
+    # config names them; None = the standard ones (draft_layouts.standard_capture_layers)
     capture_layers: tuple[int, ...] | None = None
+    capture_source: str = ""
+    layout: str = ""  # draft_layouts.LAYOUTS key ("" in specs saved before layouts were told apart: SafeAILab)
+    layer_prefix: str = ""  # "layers.0." | "midlayer." ("": the format's SafeAILab prefix)
+    rope_scaling: dict | None = None  # the draft layer's own RoPE scaling (families.read_rope)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    norm_before_residual: bool = False
+    input_norm: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    final_norm: bool = True
 
     @classmethod
     def from_dir(cls, path: str | Path) -> DraftSpec:
         path = Path(path)
         cfg = read_config(path, "draft")
-        cfg_file = path / "config.json"
         with open_weights(path) as reader:
-            names = set(reader.names())
-            fmt = detect_draft_format(path, names, cfg)
-            if "fc.weight" not in names:
-                raise EagleTrtError(f"the draft {path} has no fc.weight", "the checkpoint is incomplete; re-download it")
-            fc_shape = reader.shape("fc.weight")
-            draft_vocab = None
-            if fmt == "eagle3":
-                draft_vocab = cfg.get("draft_vocab_size") or (reader.shape("lm_head.weight")[0]
-                                                              if "lm_head.weight" in names else None)
-            weight_format = reader.format
-        hidden = _require(cfg, "hidden_size", cfg_file)
-        heads = _require(cfg, "num_attention_heads", cfg_file)
-        return cls(
-            path=path.resolve(), format=fmt, hidden_size=hidden, num_attention_heads=heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            intermediate_size=_require(cfg, "intermediate_size", cfg_file),
-            vocab_size=_require(cfg, "vocab_size", cfg_file), draft_vocab_size=draft_vocab,
-            target_hidden_size=cfg.get("target_hidden_size"), fc_in_features=int(fc_shape[1]),
-            has_fc_bias="fc.bias" in names, has_embed_tokens="embed_tokens.weight" in names,
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)), rope_theta=float(cfg.get("rope_theta", 10000.0)),
-            num_hidden_layers=int(cfg.get("num_hidden_layers", 1)), weight_format=weight_format,
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
-            capture_layers=_capture_layers(cfg, cfg_file) if fmt == "eagle3" else None,
-        )
+            fields_ = read_draft(path, cfg, reader)
+        return cls(path=path.resolve(), **fields_)
 
+    @property
+    def prefix(self) -> str:
+        """The tensor-name prefix of the draft's decoder layer in its files."""
+        return self.layer_prefix or ("layers.0." if self.format == "eagle1" else "midlayer.")
 
-def _capture_layers(cfg: dict, cfg_file: Path) -> tuple[int, ...] | None:
-    value = cfg.get("eagle_aux_hidden_state_layer_ids")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(v, int) and v >= 0 for v in value):
-        raise EagleTrtError(f"{cfg_file}: eagle_aux_hidden_state_layer_ids = {value!r} is not a list of layer indices",
-                            "write the base layers the draft was trained on, e.g. [2, 16, 29], or remove the key")
-    return tuple(value)
+    @property
+    def layout_label(self) -> str:
+        return LAYOUTS[self.layout].label if self.layout in LAYOUTS else "SafeAILab"
 
-
-def detect_draft_format(path: Path, names: set[str], cfg: dict) -> str:
-    """EAGLE-3 <=> a `midlayer.*` key, a `d2t` tensor or `draft_vocab_size` in config; EAGLE-1 <=> fc.weight +
-    layers.0.* (research §A.3). A full base model or anything else is refused with a hint."""
-    if any(n.startswith("midlayer.") for n in names) or "d2t" in names or "draft_vocab_size" in cfg:
-        return "eagle3"
-    if "fc.weight" in names and any(n.startswith("layers.0.") for n in names):
-        return "eagle1"
-    if any(n.startswith("model.layers.") for n in names):
-        raise EagleTrtError(f"{path} looks like a base model (it has model.layers.*), not an EAGLE draft",
-                            "pass the EAGLE draft checkpoint with --draft (e.g. yuhuili/EAGLE-LLaMA3-Instruct-8B)")
-    sample = ", ".join(sorted(names)[:4]) or "no tensors"
-    raise EagleTrtError(f"unknown draft layout in {path} (tensors: {sample}, ...)",
-                        "expected an EAGLE-1/2 draft (fc.weight + layers.0.*) or an EAGLE-3 draft (midlayer.*, d2t)")
+    def capture_inputs(self, num_layers: int) -> tuple[int, ...]:
+        """The base layers (inputs) this EAGLE-3 draft reads: its own, or the standard three."""
+        return self.capture_layers or standard_capture_layers(num_layers)
 
 
 @dataclass(frozen=True)
@@ -292,14 +265,13 @@ class Problem:
 def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> list[Problem]:
     """Every reason the pair cannot be served (by `engine`, when given); empty when they fit."""
     problems: list[Problem] = []
-    rope = rope_scaling_problem(base.rope_scaling)
-    if rope:
-        problems.append(Problem(f"the base's {rope}",
-                                "use a base with default, linear or llama3 RoPE scaling (config.json rope_scaling)"))
-    if engine == "trtllm" and not base.is_llama:
-        problems.append(Problem(f"base architecture {base.architecture} ({base.model_type}) is not Llama",
-                                "the TensorRT-LLM EAGLE engine (EagleForCausalLM) takes only Llama-family bases; "
-                                "use --engine pytorch or vllm"))
+    family = FAMILY_BY_TYPE[base.family]
+    refusal = family.refusal(engine) if engine is not None else None
+    if refusal:
+        routes = [e for e in family.engines_that_run() if e != engine]
+        problems.append(Problem(f"the {engine} engine does not run {family.label} bases ({base.architecture}): "
+                                f"{refusal}", f"{family.label} runs with " + " or ".join(f"--engine {e}" for e in routes)
+                                if routes else f"no engine runs {family.label} bases"))
     if draft is None:
         return problems
     if draft.format == "eagle1":
@@ -310,20 +282,11 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
             problems.append(Problem(f"draft fc takes {draft.fc_in_features} inputs, expected 2 x base hidden = "
                                     f"{2 * base.hidden_size}", "pass the EAGLE draft trained for this base"))
     else:
-        target = draft.target_hidden_size or draft.hidden_size
-        if target != base.hidden_size:
-            problems.append(Problem(f"EAGLE-3 draft target_hidden_size {target} != base hidden_size "
-                                    f"{base.hidden_size}", "pass the EAGLE-3 draft trained for this base"))
-        if draft.fc_in_features != 3 * base.hidden_size:
-            problems.append(Problem(f"EAGLE-3 draft fc takes {draft.fc_in_features} inputs, expected 3 x base "
-                                    f"hidden = {3 * base.hidden_size}", "pass the EAGLE-3 draft trained for this base"))
+        problems += _eagle3_problems(base, draft)
     if draft.vocab_size != base.vocab_size:
         problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
                                 "the draft must share the base's tokenizer; pass the draft trained for this base"))
-    if draft.num_attention_heads != base.num_attention_heads or draft.head_dim != base.head_dim:
-        problems.append(Problem(f"draft has {draft.num_attention_heads} heads of dim {draft.head_dim}, base has "
-                                f"{base.num_attention_heads} of dim {base.head_dim}",
-                                "pass the EAGLE draft trained for this base"))
+    problems += [Problem(m, h) for m, h in engine_draft_problems(draft, engine)]
     if engine == "trtllm" and draft.format == "eagle3":
         problems.append(Problem("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path",
                                 "use --engine llmapi (TRT-LLM's PyTorch backend) or --engine pytorch/vllm"))
@@ -332,6 +295,23 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
                                 "use --engine trtllm for EAGLE-1/2 drafts (TensorRT-LLM <= 1.2) or --engine "
                                 "pytorch, or train an EAGLE-3 draft for this base (eagle-trt train-draft --format "
                                 "eagle3)"))
+    return problems
+
+
+def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
+    problems = []
+    target = draft.target_hidden_size or draft.hidden_size
+    if target != base.hidden_size:
+        problems.append(Problem(f"EAGLE-3 draft target_hidden_size {target} != base hidden_size "
+                                f"{base.hidden_size}", "pass the EAGLE-3 draft trained for this base"))
+    capture = draft.capture_inputs(base.num_hidden_layers)
+    if draft.fc_in_features != len(capture) * base.hidden_size:
+        problems.append(Problem(f"EAGLE-3 draft fc takes {draft.fc_in_features} inputs, expected {len(capture)} "
+                                f"captured layers x base hidden = {len(capture) * base.hidden_size}",
+                                "pass the EAGLE-3 draft trained for this base"))
+    if any(i > base.num_hidden_layers for i in capture):
+        problems.append(Problem(f"the EAGLE-3 draft reads base layers {list(capture)} ({draft.capture_source}), but "
+                                f"the base has {base.num_hidden_layers}", "pass the EAGLE-3 draft trained for this base"))
     return problems
 
 

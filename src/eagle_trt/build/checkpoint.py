@@ -26,14 +26,15 @@ from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
 from eagle_trt.runtime.loading import torch_dtype
-from eagle_trt.spec import rope_scaling_kind
 
 
 def _rotary_scaling(rope_scaling: dict | None) -> dict | None:
-    """Keep the whole HF dict (factor, low/high_freq_factor, original_max_position_embeddings) plus TRT's "type"."""
+    """The base's RoPE scaling as families.read_rope normalised it (from `rope_scaling` or transformers 5's
+    `rope_parameters`: factor, low/high_freq_factor, original_max_position_embeddings, ...) plus the "type" key
+    TensorRT-LLM's RotaryScalingType reads; None for plain RoPE (TensorRT-LLM <= 1.2 has no "default" type)."""
     if not rope_scaling:
         return None
-    return dict(rope_scaling) | {"type": rope_scaling_kind(rope_scaling)}
+    return dict(rope_scaling) | {"type": rope_scaling["rope_type"]}
 
 
 def _common(dtype: str, tp: int, layers: int, heads: int, kv: int, hidden: int, inter: int, vocab: int,

@@ -17,7 +17,7 @@ from eagle_trt.spec import ENGINES
 def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> dict:
     from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
     from eagle_trt.runtime.loading import shape_problems
-    from eagle_trt.spec import DraftSpec, ModelSpec, Problem, check_compatibility
+    from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
 
     base = ModelSpec.from_dir(base_dir)
     draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
@@ -37,11 +37,8 @@ def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> 
     except EagleTrtError as exc:
         auto = f"none: {exc.message}"
     trtllm = install.to_dict() | {"summary": install.describe(), "auto_engine_on_gpu": auto}
-    general = check_compatibility(base, draft, None) + [
-        Problem(message, "re-download the checkpoint, or fix config.json's sizes to match its weights")
-        for message in shape_problems(base, draft)]
+    general = check_compatibility(base, draft, None) + shape_problems(base, draft)
     base_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(base).items()}
-    base_d["is_llama"] = base.is_llama
     draft_d = None
     if draft is not None:
         draft_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(draft).items()}

@@ -3,12 +3,17 @@
 EAGLE-1/2: out = layer0(fc(cat(embed(x_{t+1}), f_t))), layer 0 without input norm; logits = base lm_head(out).
 EAGLE-3:   g = fc(cat(h_low, h_mid, h_high)) for base rows, else the parent's draft output (pre-norm);
            out = midlayer(cat(input_norm(embed(x)), hidden_norm(g))) with residual g; logits = lm_head(norm(out))
-           over the draft vocabulary, mapped to base ids by d2t.
+           over the draft vocabulary, mapped to base ids by d2t. The published layouts' switches (draft_layouts):
+           an RMSNorm over the captures (`input_norm`) or per capture (`fc_norm`) before fc, the residual taken
+           after hidden_norm (`norm_before_residual`), the normed output carried to the next step (`norm_output`),
+           no final norm (`final_norm` false).
 Both heads keep a one-layer KV cache: rows 0..n-1 hold the accepted prefix ("stable"), tree expansion writes after
 it and is thrown away each step.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +55,18 @@ class DraftHead(nn.Module):
     def to_base_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids
 
+    def hf_names(self, layer_prefix: str) -> dict[str, str]:
+        """our parameter/buffer name -> the checkpoint's, for every tensor this head loads from the draft's files
+        (its decoder layer under `layer_prefix`; the shared embedding and base head excluded)."""
+        names = {}
+        for name, _ in (*self.named_parameters(), *self.named_buffers()):
+            if name.startswith(("embed_tokens.", "lm_head.")) and self.shares_head:
+                continue
+            if name.startswith("embed_tokens."):
+                continue
+            names[name] = layer_prefix + name.split(".", 1)[1] if name.startswith(self.layer_module + ".") else name
+        return names
+
     def topk(self, out: torch.Tensor, k: int):
         """(log-probs [T, k], base token ids [T, k]) of the k best next tokens per row."""
         values, idx = self.log_probs(out).topk(k, dim=-1)
@@ -58,6 +75,7 @@ class DraftHead(nn.Module):
 
 class Eagle1Draft(DraftHead):
     format = "eagle1"
+    layer_module, shares_head = "layer", True  # the base's lm_head
 
     def __init__(self, args: LlamaArgs, embed: nn.Embedding, lm_head: nn.Linear, bias: bool):
         super().__init__()
@@ -84,65 +102,75 @@ class Eagle1Draft(DraftHead):
     def to_base_ids(self, draft_ids):
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]
 
-    @staticmethod
-    def hf_names() -> dict[str, str]:
-        names = {"fc.weight": "fc.weight", "fc.bias": "fc.bias"}
-        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm"):
-            names[f"layer.{part}.weight"] = f"layers.0.{part}.weight"
-        return names
+
+@dataclass(frozen=True)
+class Eagle3Options:
+    """The published EAGLE-3 layouts' switches (module docstring); the defaults are SafeAILab's EAGLE-3."""
+
+    captures: int = 3  # base hidden states concatenated into fc
+    norm_before_residual: bool = False
+    input_norm: bool = False
+    fc_norm: bool = False
+    norm_output: bool = False
+    final_norm: bool = True
 
 
 class Eagle3MidLayer(nn.Module):
-    def __init__(self, args: LlamaArgs):
+    def __init__(self, args: LlamaArgs, norm_before_residual: bool = False):
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.hidden_norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.self_attn = Attention(args, in_features=2 * args.hidden_size)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = MLP(args)
+        self.norm_before_residual = norm_before_residual
 
     def forward(self, emb, g, cos, sin, cache, start, mask):
-        a = torch.cat((self.input_layernorm(emb), self.hidden_norm(g)), dim=-1)  # [T, 2H], embedding first
-        h = g + self.self_attn(a, cos, sin, cache, 0, start, mask)
+        hidden = self.hidden_norm(g)  # [T, H]
+        a = torch.cat((self.input_layernorm(emb), hidden), dim=-1)  # [T, 2H], embedding first
+        h = (hidden if self.norm_before_residual else g) + self.self_attn(a, cos, sin, cache, 0, start, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
 class Eagle3Draft(DraftHead):
     format = "eagle3"
+    layer_module, shares_head = "midlayer", False  # its own lm_head over the draft vocabulary
 
-    def __init__(self, args: LlamaArgs, embed: nn.Embedding, draft_vocab_size: int, target_hidden_size: int):
+    def __init__(self, args: LlamaArgs, embed: nn.Embedding, draft_vocab_size: int, target_hidden_size: int,
+                 options: Eagle3Options = Eagle3Options()):
         super().__init__()
-        self.args = args
-        self.fc = nn.Linear(3 * target_hidden_size, args.hidden_size, bias=False)
-        self.midlayer = Eagle3MidLayer(args)
-        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
+        self.args, self.options = args, options
+        n = options.captures * target_hidden_size
+        self.input_norm = RMSNorm(n, args.rms_norm_eps) if options.input_norm else None
+        self.fc_norm = nn.ModuleList(RMSNorm(target_hidden_size, args.rms_norm_eps) for _ in range(options.captures)) \
+            if options.fc_norm else None
+        self.fc = nn.Linear(n, args.hidden_size, bias=False)
+        self.midlayer = Eagle3MidLayer(args, options.norm_before_residual)
+        self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps) if options.final_norm else None
         self.lm_head = nn.Linear(args.hidden_size, draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.long))
         self.embed_tokens = embed
+        self.capture: tuple[int, ...] = ()  # base layers whose input fc reads; set by runtime.loading.build_draft
         self.cache = self.rope = None
 
     def base_features(self, hidden, captured):
-        return self.fc(captured)
+        x = captured  # [T, captures * H_t]
+        if self.input_norm is not None:
+            x = self.input_norm(x)
+        if self.fc_norm is not None:
+            x = torch.cat([norm(part) for norm, part in zip(self.fc_norm, x.chunk(len(self.fc_norm), dim=-1))], -1)
+        return self.fc(x)
 
     def forward(self, input_ids, features, positions, start, mask=None):
         cos, sin = self.rope(positions)
         if mask is None:
             mask = block_mask(start, None, input_ids.shape[0], features.device)
-        return self.midlayer(self.embed_tokens(input_ids), features, cos, sin, self.cache, start, mask)
+        out = self.midlayer(self.embed_tokens(input_ids), features, cos, sin, self.cache, start, mask)
+        return self.norm(out) if self.options.norm_output else out  # [T, H]: what the next draft step reads
 
     def log_probs(self, out):
-        return F.log_softmax(self.lm_head(self.norm(out)).float(), dim=-1)
+        normed = out if self.norm is None or self.options.norm_output else self.norm(out)
+        return F.log_softmax(self.lm_head(normed).float(), dim=-1)
 
     def to_base_ids(self, draft_ids):
         return draft_ids + self.d2t[draft_ids]
-
-    @staticmethod
-    def hf_names() -> dict[str, str]:
-        names = {"fc.weight": "fc.weight", "norm.weight": "norm.weight", "lm_head.weight": "lm_head.weight",
-                 "d2t": "d2t"}
-        for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                     "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "post_attention_layernorm",
-                     "input_layernorm", "hidden_norm"):
-            names[f"midlayer.{part}.weight"] = f"midlayer.{part}.weight"
-        return names

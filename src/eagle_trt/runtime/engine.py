@@ -144,7 +144,7 @@ class EagleEngine:
         self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
-        self.capture = base.args.eagle3_layers if draft is not None and draft.format == "eagle3" else ()
+        self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
         base_len, draft_len = self.cache_lengths(max_seq_len, tree.max_draft_tokens)
         base.setup_cache(base_len)
         if draft is not None:

@@ -6,9 +6,9 @@ import torch
 
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft
+from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft, Eagle3Options
 from eagle_trt.runtime.model import Llama, LlamaArgs
-from eagle_trt.spec import DraftSpec, ModelSpec
+from eagle_trt.spec import DraftSpec, ModelSpec, Problem
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "int8": torch.float32}  # int8: loaded in fp32, then quantized by runtime.fast.prepare
@@ -67,7 +67,7 @@ def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
     with torch.device("meta"):
         model = Llama(args)
     model = model.to_empty(device=device).to(dtype)
-    names = Llama.hf_name_map(args)
+    names = model.hf_name_map()
     if args.tie_word_embeddings:
         names.pop("lm_head.weight")
     with open_weights(spec.path) as reader:
@@ -80,8 +80,10 @@ def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
 
 
 def draft_args(spec: DraftSpec) -> LlamaArgs:
-    """The draft layer's shape: one decoder layer of the draft's dims, untied, without RoPE scaling."""
-    return LlamaArgs(**spec.dims(), num_hidden_layers=1, rms_norm_eps=spec.rms_norm_eps, rope_theta=spec.rope_theta)
+    """The draft layer's shape: one decoder layer of the draft's dims, biases, q/k norms and RoPE, untied."""
+    return LlamaArgs(**spec.dims(), num_hidden_layers=1, rms_norm_eps=spec.rms_norm_eps, rope_theta=spec.rope_theta,
+                     rope_scaling=spec.rope_scaling, qkv_bias=spec.qkv_bias, o_bias=spec.o_bias,
+                     mlp_bias=spec.mlp_bias, qk_norm=spec.qk_norm)
 
 
 def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> DraftHead:
@@ -92,15 +94,24 @@ def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> Dr
         lm_head = base.lm_head if base is not None else torch.nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         return Eagle1Draft(args, embed, lm_head, bias=spec.has_fc_bias)
     target = spec.target_hidden_size or base_spec.hidden_size
-    return Eagle3Draft(args, embed, spec.draft_vocab_size or spec.vocab_size, target)
+    options = Eagle3Options(captures=max(1, spec.fc_in_features // target),
+                            norm_before_residual=spec.norm_before_residual, input_norm=spec.input_norm,
+                            fc_norm=spec.fc_norm, norm_output=spec.norm_output, final_norm=spec.final_norm)
+    head = Eagle3Draft(args, embed, spec.draft_vocab_size or spec.vocab_size, target, options)
+    head.capture = spec.capture_inputs(base_spec.num_hidden_layers)  # the base layers its fc reads (inputs)
+    return head
+
+
+# tensors a draft may carry beside its head's own: its copy of the base embeddings (used where it differs) and
+# EAGLE-3's t2d (the inverse of d2t; the head reads d2t)
+DRAFT_EXTRAS = ("embed_tokens.weight", "t2d")
 
 
 def load_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama, dtype: torch.dtype, device: str) -> DraftHead:
     draft = build_draft(spec, base_spec, base).to(device=device, dtype=dtype)
-    names = (Eagle1Draft if spec.format == "eagle1" else Eagle3Draft).hf_names()
     with open_weights(spec.path) as reader:
-        _fill(draft, reader, names, f"draft {spec.path}", optional=("d2t",))
-        if spec.has_embed_tokens and spec.format == "eagle1":
+        _fill(draft, reader, draft.hf_names(spec.prefix), f"draft {spec.path}", optional=("d2t",))
+        if spec.has_embed_tokens:
             own = reader.get("embed_tokens.weight")
             if own.shape == base.embed_tokens.weight.shape and not torch.equal(
                     own.to(base.embed_tokens.weight), base.embed_tokens.weight):
@@ -118,43 +129,71 @@ def expected_shapes(base: ModelSpec, draft: DraftSpec | None = None) -> tuple[di
         model = Llama(args)
         head = build_draft(draft, base, model) if draft is not None else None
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    base_names = Llama.hf_name_map(args)
+    base_names = model.hf_name_map()
     want_base = {theirs: shapes[ours] for ours, theirs in base_names.items() if ours in shapes}
     want_draft = {}
     if head is not None:
         own = {name: tuple(p.shape) for name, p in (*head.named_parameters(), *head.named_buffers())}
-        names = (Eagle1Draft if draft.format == "eagle1" else Eagle3Draft).hf_names()
-        want_draft = {theirs: own[ours] for ours, theirs in names.items() if ours in own}
+        want_draft = {theirs: own[ours] for ours, theirs in head.hf_names(draft.prefix).items()}
     return want_base, want_draft
 
 
 OPTIONAL_TENSORS = {"lm_head.weight", "d2t"}  # tied heads may omit lm_head; a full-vocabulary EAGLE-3 draft, d2t
+# tensors a checkpoint may carry that no reader needs: RoPE buffers older transformers saved (recomputed from config)
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+SIZE_HINT = ("the weights and config.json come from different models or the download is corrupt: re-download the "
+             "checkpoint, or fix config.json's sizes (heads, head_dim, hidden, intermediate, vocab)")
 
 
-def shape_problems(base: ModelSpec, draft: DraftSpec | None = None) -> list[str]:
-    """Every tensor whose shape contradicts its config (or that is missing), read from the checkpoint headers only:
-    run before any weight is loaded or converted. Empty when the checkpoints match their configs."""
+def _read_anyway(what: str, spec) -> set[str]:
+    """Tensors a checkpoint may hold beside the ones loaded into a module: a tied base's lm_head (transformers ties
+    it to the embeddings and ignores the saved copy), a draft's DRAFT_EXTRAS."""
+    if what == "draft":
+        return set(DRAFT_EXTRAS)
+    return {"lm_head.weight"} if spec.tie_word_embeddings else set()
+
+
+def shape_problems(base: ModelSpec, draft: DraftSpec | None = None) -> list[Problem]:
+    """Every tensor whose shape contradicts its config, that is missing, or that nothing reads (it would be silently
+    dropped: another model than the checkpoint's), from the checkpoint headers only: run before any weight is
+    loaded or converted. Empty when the checkpoints match their configs."""
     want_base, want_draft = expected_shapes(base, draft)
     problems = []
     for what, spec, want in (("base", base, want_base), ("draft", draft, want_draft)):
         if spec is None:
             continue
         with open_weights(spec.path) as reader:
+            names = set(reader.names())
             for name, shape in want.items():
-                if name not in reader:
+                if name not in names:
                     if name not in OPTIONAL_TENSORS:
-                        problems.append(f"{what} tensor {name!r} is missing")
+                        problems.append(Problem(f"{what} tensor {name!r} is missing", SIZE_HINT))
                 elif tuple(reader.shape(name)) != shape:
-                    problems.append(f"{what} tensor {name!r} has shape {list(reader.shape(name))}, expected "
-                                    f"{list(shape)} from {spec.path / 'config.json'}")
+                    problems.append(Problem(f"{what} tensor {name!r} has shape {list(reader.shape(name))}, expected "
+                                            f"{list(shape)} from {spec.path / 'config.json'}", SIZE_HINT))
+            unread = sorted(n for n in names - set(want) - _read_anyway(what, spec)
+                            if not n.endswith(IGNORED_SUFFIXES))
+            if unread:
+                more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+                problems.append(Problem(
+                    f"{what} tensor(s) {', '.join(map(repr, unread[:3]))}{more} in {spec.path} are not part of the "
+                    f"{_layout_name(what, spec)} as its config.json describes it, so nothing would read them",
+                    "eagle-trt refuses to run a model without some of its weights: check that config.json belongs to "
+                    "these weights (e.g. attention_bias, model_type), or that the family is one eagle-trt supports "
+                    "(README, Model families)"))
     return problems
+
+
+def _layout_name(what: str, spec) -> str:
+    if what == "base":
+        return f"{spec.family_label} model"
+    return "EAGLE-1/2 draft" if spec.format == "eagle1" else "EAGLE-3 draft"
 
 
 def require_shapes(base: ModelSpec, draft: DraftSpec | None = None) -> None:
     problems = shape_problems(base, draft)
     if problems:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise EagleTrtError("checkpoint tensors do not match their config.json: " + "; ".join(problems[:5]) + more,
-                            "the weights and config.json come from different models or the download is corrupt: "
-                            "re-download the checkpoint, or fix config.json's sizes (heads, head_dim, hidden, "
-                            "intermediate, vocab)")
+        raise EagleTrtError("checkpoint tensors do not match their config.json: "
+                            + "; ".join(p.message for p in problems[:5]) + more,
+                            "; ".join(dict.fromkeys(p.hint for p in problems)))

@@ -1,5 +1,7 @@
-"""A lean Llama for EAGLE: RoPE (with llama3 scaling), GQA, RMSNorm, tied embeddings, a preallocated KV cache
-written at explicit slots, and a forward over a block of tokens with arbitrary positions and a tree mask.
+"""A lean Llama-family decoder for EAGLE: RoPE (linear or llama3 scaling), GQA, RMSNorm, tied embeddings, and what
+the other families add (eagle_trt.families: q/k/v and o biases, q/k RMSNorm over head_dim, sliding-window layers),
+a preallocated KV cache written at explicit slots, and a forward over a block of tokens with arbitrary positions and
+a tree mask.
 
 Shaped after gpt-fast's model.py. One forward serves prefill (causal block), plain decode (one token) and tree
 verification (root + draft nodes at positions prefix + depth, masked by ancestor-or-self). It returns the final
@@ -17,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.spec import LayerDims, ModelSpec, rope_scaling_kind, rope_scaling_problem
+from eagle_trt.spec import LayerDims, ModelSpec
 from eagle_trt.tree import pack_mask
 
 
@@ -28,33 +30,33 @@ class LlamaArgs(LayerDims):
     num_hidden_layers: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None
+    rope_scaling: dict | None = None  # normalised by families.read_rope: None or {"rope_type": ..., its keys}
     tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k, before RoPE
+    sliding_window: int | None = None  # keys at q_pos - k_pos >= window are not seen by `sliding_layers`
+    sliding_layers: tuple[int, ...] = ()
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> LlamaArgs:
         return cls(**spec.dims(), num_hidden_layers=spec.num_hidden_layers, rms_norm_eps=spec.rms_norm_eps,
                    rope_theta=spec.rope_theta, rope_scaling=spec.rope_scaling,
-                   tie_word_embeddings=spec.tie_word_embeddings)
-
-    @property
-    def eagle3_layers(self) -> tuple[int, int, int]:
-        """Layers whose *input* EAGLE-3 captures (research/eagle_algorithms.md §3)."""
-        n = self.num_hidden_layers
-        return (2, n // 2, n - 3) if n >= 4 else (0, n // 2, n - 1)
+                   tie_word_embeddings=spec.tie_word_embeddings, qkv_bias=spec.qkv_bias, o_bias=spec.o_bias,
+                   mlp_bias=spec.mlp_bias, qk_norm=spec.qk_norm, sliding_window=spec.sliding_window,
+                   sliding_layers=tuple(spec.sliding_layers))
 
 
-def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
-    """[head_dim/2] inverse frequencies, with Llama-3.1 ("llama3") or linear scaling applied."""
+def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> tuple[torch.Tensor, float]:
+    """([head_dim/2] inverse frequencies, the factor cos/sin are multiplied by), with linear, llama3 or YaRN scaling
+    applied as transformers' modeling_rope_utils computes them."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    if not scaling:
-        return inv
-    problem = rope_scaling_problem(scaling)
-    if problem:
-        raise EagleTrtError(f"cannot build RoPE: {problem}", "use a base with default, linear or llama3 RoPE scaling")
-    kind = rope_scaling_kind(scaling)
+    kind = scaling["rope_type"] if scaling else "default"
+    if kind == "default":
+        return inv, 1.0
     if kind == "linear":
-        return inv / float(scaling["factor"])
+        return inv / float(scaling["factor"]), 1.0
     if kind == "llama3":
         factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
         old_ctx = scaling["original_max_position_embeddings"]
@@ -62,8 +64,35 @@ def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> torch
         smooth = ((old_ctx / wavelen) - low) / (high - low)
         scaled = torch.where(wavelen > old_ctx / low, inv / factor, inv)
         mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
-        return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
-    return inv  # None or "default"
+        return torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled), 1.0
+    if kind == "yarn":
+        return _yarn(inv, head_dim, theta, scaling)
+    raise EagleTrtError(f"cannot build RoPE of type {kind!r}", "eagle_trt.families.read_rope refuses it at the door; "
+                        "read the config through ModelSpec.from_dir")
+
+
+def _yarn(inv: torch.Tensor, dim: int, theta: float, s: dict) -> tuple[torch.Tensor, float]:
+    """YaRN (arXiv 2309.00071): interpolate the low frequencies, keep the high ones, ramp between; scale cos/sin."""
+    factor, old_ctx = float(s["factor"]), s["original_max_position_embeddings"]
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = s.get("attention_factor")
+    if attention is None:
+        both = s.get("mscale") and s.get("mscale_all_dim")
+        attention = mscale(factor, s["mscale"]) / mscale(factor, s["mscale_all_dim"]) if both else mscale(factor)
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(old_ctx / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction_dim(s.get("beta_fast") or 32), correction_dim(s.get("beta_slow") or 1)
+    if s.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / ((high + 0.001 if low == high else high) - low))
+    keep = 1 - ramp.clamp(0, 1)  # [dim/2] 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
+    return inv / factor * (1 - keep) + inv * keep, float(attention)
 
 
 class RMSNorm(nn.Module):
@@ -121,12 +150,17 @@ class PackedTreeMask:
 @dataclass(frozen=True)
 class Segment:
     """One sequence's rows in a packed forward: its cache, the slot of its first row, its row count and its mask
-    (as `attention` takes it)."""
+    (as `attention` takes it); `window_mask`: the mask of sliding-window layers where the window hides part of the
+    context (None: they use `mask`)."""
 
     cache: KVCache
     start: int
     rows: int
     mask: object
+    window_mask: object = None
+
+    def mask_of(self, sliding: bool):
+        return self.window_mask if sliding and self.window_mask is not None else self.mask
 
 
 @dataclass(frozen=True)
@@ -145,24 +179,29 @@ class BaseCall:
 
 @dataclass(frozen=True)
 class ExactMask:
-    """Run `exact_attention` (batch-invariant models) with this dense [T, S] mask (None: all visible)."""
+    """Run `exact_attention` (batch-invariant models) with this dense [T, S] mask (None: all visible);
+    `whole`: the mask may hide prefix keys too (a sliding window), not only the block's own columns."""
 
     dense: torch.Tensor | None
+    whole: bool = False
 
 
-def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                    whole: bool = False) -> torch.Tensor:
     """Attention in float64, rounded to float32 at the end. Sums over keys in float64 do not depend, to float32
     precision, on how many rows run together or on masked keys between the visible ones (a tree's siblings), so a
     one-token decode step and a tree node on the same path compute the same float32 bits. With int8 linears
     (runtime.fast) that makes the whole forward batch-invariant: EAGLE's output equals plain decoding's exactly.
     q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool or None (only its last T columns may hold False:
-    the cached prefix is visible to every row, as `block_mask` builds it)."""
+    the cached prefix is visible to every row, as `block_mask` builds it; with `whole`, every column may)."""
     heads, t, d = q.shape
     kv_heads = k.shape[0]
     group = heads // kv_heads
     q = q.double().mul_(d ** -0.5).reshape(kv_heads, group * t, d)  # [KV, g*T, D]
     scores = torch.matmul(q, k.double().transpose(1, 2)).view(kv_heads, group, t, -1)  # [KV, g, T, S]
-    if mask is not None:
+    if mask is not None and whole:
+        scores.masked_fill_(~mask, float("-inf"))  # [T, S] over every key (a sliding window)
+    elif mask is not None:
         scores[..., -t:].masked_fill_(~mask[:, -t:], float("-inf"))  # the block's own columns
     probs = torch.softmax(scores, dim=-1).view(kv_heads, group * t, -1)
     return torch.matmul(probs, v.double()).view(heads, t, d).float()  # [heads, T, D]
@@ -179,20 +218,23 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.
                              mask.cu_seqlens, mask.prefix_lens, max_tree_len=q.shape[1])
         return out.transpose(0, 1)
     if isinstance(mask, ExactMask):
-        return exact_attention(q, k, v, mask.dense)
+        return exact_attention(q, k, v, mask.dense, mask.whole)
     return F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
                                           enable_gqa=q.shape[0] != k.shape[0]).squeeze(0)
 
 
 class Attention(nn.Module):
-    def __init__(self, args: LlamaArgs, in_features: int | None = None):
+    def __init__(self, args: LlamaArgs, in_features: int | None = None, sliding: bool = False):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = args.num_attention_heads, args.num_key_value_heads, args.head_dim
         in_features = in_features or args.hidden_size
-        self.q_proj = nn.Linear(in_features, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, args.hidden_size, bias=False)
+        self.q_proj = nn.Linear(in_features, self.heads * self.head_dim, bias=args.qkv_bias)
+        self.k_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=args.qkv_bias)
+        self.v_proj = nn.Linear(in_features, self.kv_heads * self.head_dim, bias=args.qkv_bias)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, args.hidden_size, bias=args.o_bias)
+        self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps) if args.qk_norm else None
+        self.sliding = sliding  # this layer sees keys through the model's sliding window
         self.qkv_proj: nn.Module | None = None  # q|k|v in one matmul, set by runtime.fast.fuse_projections
 
     def project(self, x: torch.Tensor):
@@ -211,8 +253,11 @@ class Attention(nn.Module):
         are read once for all), then each segment writes and attends over its own cache."""
         t = x.shape[0]
         q, k, v = self.project(x)
-        q = apply_rope(q.view(t, self.heads, self.head_dim), cos, sin).transpose(0, 1)  # [heads, sum T, D]
-        k = apply_rope(k.view(t, self.kv_heads, self.head_dim), cos, sin).transpose(0, 1)  # [KV, sum T, D]
+        q, k = q.view(t, self.heads, self.head_dim), k.view(t, self.kv_heads, self.head_dim)  # [sum T, h, D]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, cos, sin).transpose(0, 1)  # [heads, sum T, D]
+        k = apply_rope(k, cos, sin).transpose(0, 1)  # [KV, sum T, D]
         v = v.view(t, self.kv_heads, self.head_dim).transpose(0, 1)  # [KV, sum T, D]
         outs, row = [], 0
         for seg in segments:
@@ -220,7 +265,7 @@ class Attention(nn.Module):
             seg.cache.k[layer, :, seg.start:end] = k[:, row:row + seg.rows]
             seg.cache.v[layer, :, seg.start:end] = v[:, row:row + seg.rows]
             outs.append(attention(q[:, row:row + seg.rows], seg.cache.k[layer, :, :end], seg.cache.v[layer, :, :end],
-                                  seg.mask))  # [heads, T_i, D]
+                                  seg.mask_of(self.sliding)))  # [heads, T_i, D]
             row += seg.rows
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)  # [heads, sum T, D]
         return self.o_proj(out.transpose(0, 1).reshape(t, self.heads * self.head_dim))
@@ -229,9 +274,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
-        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=False)
+        self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
+        self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
+        self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
         self.gate_up_proj: nn.Module | None = None  # gate|up in one matmul, set by runtime.fast.fuse_projections
 
     def forward(self, x):
@@ -242,10 +287,10 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: LlamaArgs, input_norm: bool = True):
+    def __init__(self, args: LlamaArgs, input_norm: bool = True, sliding: bool = False):
         super().__init__()
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps) if input_norm else None
-        self.self_attn = Attention(args)
+        self.self_attn = Attention(args, sliding=sliding)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.mlp = MLP(args)
 
@@ -262,11 +307,11 @@ class Rope:
     """cos/sin tables for positions 0..max_len-1, gathered by explicit positions."""
 
     def __init__(self, args: LlamaArgs, max_len: int, dtype, device):
-        inv = rope_frequencies(args.head_dim, args.rope_theta, args.rope_scaling)
+        inv, scale = rope_frequencies(args.head_dim, args.rope_theta, args.rope_scaling)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
         angles = torch.cat((angles, angles), dim=-1)
-        self.cos = angles.cos().to(dtype=dtype, device=device)  # [max_len, head_dim]
-        self.sin = angles.sin().to(dtype=dtype, device=device)
+        self.cos = (angles.cos() * scale).to(dtype=dtype, device=device)  # [max_len, head_dim]
+        self.sin = (angles.sin() * scale).to(dtype=dtype, device=device)
 
     def __call__(self, positions: torch.Tensor):
         return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)  # [T, 1, head_dim]
@@ -278,6 +323,18 @@ def block_mask(start: int, tree_mask: torch.Tensor | None, t: int, device) -> to
         return None
     inner = tree_mask if tree_mask is not None else torch.ones(t, t, dtype=torch.bool, device=device).tril()
     return torch.cat((torch.ones(t, start, dtype=torch.bool, device=device), inner), dim=1)
+
+
+def window_mask(start: int, positions: torch.Tensor, mask: torch.Tensor | None, window: int) -> torch.Tensor | None:
+    """[t, start+t] bool: `mask` (block_mask's; None = all visible) with the keys a sliding window hides removed
+    (transformers' sliding_window_overlay: a key is seen while q_pos - k_pos < window). Cached slot s holds position s
+    (committed rows are compacted), the block's keys sit at `positions` [t]. None when the window hides nothing."""
+    t = positions.shape[0]
+    if start + t <= window:  # every position is < start + t: no key is `window` or more behind a query
+        return None
+    keys = torch.cat((torch.arange(start, device=positions.device), positions))  # [start+t]
+    seen = (positions[:, None] - keys[None, :]) < window  # [t, start+t]
+    return seen if mask is None else seen & mask
 
 
 def use_tree_kernel() -> bool:
@@ -293,7 +350,8 @@ class Llama(nn.Module):
         super().__init__()
         self.args = args
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(args) for _ in range(args.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(args, sliding=i in args.sliding_layers)
+                                    for i in range(args.num_hidden_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.cache: KVCache | None = None
@@ -310,7 +368,8 @@ class Llama(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, start: int,
                 tree_mask: torch.Tensor | None = None, capture: tuple[int, ...] = ()):
         """input_ids, positions: [T]; K/V land at slots start..start+T-1. Returns (logits [T, V] fp32,
-        hidden [T, H] after the final norm, captured [T, len(capture)*H] or None)."""
+        hidden [T, H] after the final norm, captured [T, len(capture)*H] or None: the hidden states entering the
+        layers `capture` names, L = the last layer's output; draft_layouts has the one rule)."""
         return self.forward_packed([BaseCall(input_ids, positions, start, tree_mask)], capture)[0]
 
     def forward_packed(self, calls: list[BaseCall], capture: tuple[int, ...] = ()) -> list[tuple]:
@@ -321,12 +380,13 @@ class Llama(nn.Module):
         positions = calls[0].positions if len(calls) == 1 else torch.cat([c.positions for c in calls])
         x = self.embed_tokens(ids)  # [sum T, H]
         cos, sin = self.rope(positions)
-        segments = [Segment(c.cache or self.cache, c.start, c.input_ids.shape[0], self._mask(c, x)) for c in calls]
+        segments = [Segment(c.cache or self.cache, c.start, c.input_ids.shape[0], *self._masks(c, x)) for c in calls]
         saved = {}
         for i, layer in enumerate(self.layers):
             if i in capture:
                 saved[i] = x
             x = layer.forward_segments(x, cos, sin, segments, i)
+        saved[len(self.layers)] = x  # what enters the final norm: capture index L (vLLM's last aux id)
         hidden = self.norm(x)
         logits = self.lm_head(hidden).float()
         captured = torch.cat([saved[i] for i in capture], dim=-1) if capture else None
@@ -337,17 +397,22 @@ class Llama(nn.Module):
             row += seg.rows
         return out
 
-    def _mask(self, call: BaseCall, x: torch.Tensor):
+    def _masks(self, call: BaseCall, x: torch.Tensor) -> tuple:
+        """(mask of full-attention layers, mask of sliding-window layers or None) as `attention` takes them."""
         t = call.input_ids.shape[0]
-        mask = block_mask(call.start, call.tree_mask, t, x.device)
-        if self.batch_invariant:
-            mask = ExactMask(mask)
+        dense = block_mask(call.start, call.tree_mask, t, x.device)
+        windowed = None
+        if self.args.sliding_layers:
+            windowed = window_mask(call.start, call.positions, dense, self.args.sliding_window)
+            if windowed is not None and self.batch_invariant:
+                windowed = ExactMask(windowed, whole=True)
+        mask = ExactMask(dense) if self.batch_invariant else dense
         if call.tree_mask is not None and x.is_cuda and use_tree_kernel():
             packed = call.packed_mask
             if packed is None:
                 packed = torch.from_numpy(pack_mask(call.tree_mask.cpu().numpy())).to(x.device)  # [T, ceil(T/32)]
             mask = PackedTreeMask.of(call.start, packed)
-        return mask
+        return mask, windowed
 
     def new_cache(self, max_len: int) -> KVCache:
         """A KV cache like the model's own, for another sequence (packed forwards take one per sequence)."""
@@ -355,14 +420,11 @@ class Llama(nn.Module):
         cache_dtype = torch.float64 if self.batch_invariant else p.dtype  # exact_attention reads float64
         return KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
 
-    @staticmethod
-    def hf_name_map(args: LlamaArgs) -> dict[str, str]:
-        """our parameter name -> HF checkpoint name."""
+    def hf_name_map(self) -> dict[str, str]:
+        """our parameter name -> HF checkpoint name, for every parameter this model has (biases and q/k norms
+        included where its family has them)."""
         names = {"embed_tokens.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-                 "lm_head.weight": "model.embed_tokens.weight" if args.tie_word_embeddings else "lm_head.weight"}
-        for i in range(args.num_hidden_layers):
-            for part in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj", "input_layernorm",
-                         "post_attention_layernorm"):
-                names[f"layers.{i}.{part}.weight"] = f"model.layers.{i}.{part}.weight"
+                 "lm_head.weight": "model.embed_tokens.weight" if self.args.tie_word_embeddings else "lm_head.weight"}
+        for name, _ in self.layers.named_parameters():
+            names[f"layers.{name}"] = f"model.layers.{name}"
         return names

@@ -50,7 +50,7 @@ def init_from_base(draft: Eagle3Draft, base: Llama, used: torch.Tensor, std: flo
     the midlayer copies the base layer it was captured before (its q/k/v see the feature half; the embedding half
     starts small), norm and lm_head are the base's final norm and its rows of the draft vocabulary."""
     h = draft.args.hidden_size
-    src = base.layers[base.args.eagle3_layers[-1]]
+    src = base.layers[min(draft.capture[-1], len(base.layers) - 1)]
     mid = draft.midlayer
     with torch.no_grad():
         draft.fc.weight.normal_(0, std)

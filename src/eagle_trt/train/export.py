@@ -15,7 +15,7 @@ from eagle_trt.spec import ModelSpec
 
 
 def eagle1_state_dict(draft: Eagle1Draft, dtype=torch.float16) -> dict[str, torch.Tensor]:
-    names = Eagle1Draft.hf_names()
+    names = draft.hf_names("layers.0.")
     params = dict(draft.named_parameters())
     return {theirs: params[ours].detach().to(dtype).contiguous() for ours, theirs in names.items() if ours in params}
 
@@ -42,7 +42,7 @@ def eagle3_state_dict(draft: Eagle3Draft, t2d: torch.Tensor, dtype=torch.float16
     base's)."""
     state = draft.state_dict()
     out = {}
-    for ours, theirs in Eagle3Draft.hf_names().items():
+    for ours, theirs in draft.hf_names("midlayer.").items():
         value = state[ours].detach()
         out[theirs] = (value if ours == "d2t" else value.to(dtype)).contiguous()
     out["t2d"] = t2d.to(torch.bool).contiguous()

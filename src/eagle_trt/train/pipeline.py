@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.train.data import DataConfig, add_captured, generate_data, load_records, read_prompts, shard_paths
 from eagle_trt.train.eagle1 import TrainConfig, evaluate, init_from_identity, train_eagle1
@@ -79,9 +80,7 @@ def run(req: TrainRequest, progress=None) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     (work / "prompts.json").write_text(json.dumps(prompts))
     t0 = time.time()
-    from eagle_trt.runtime.model import LlamaArgs
-
-    capture = LlamaArgs.from_spec(base_spec).eagle3_layers if req.format == "eagle3" else ()
+    capture = standard_capture_layers(base_spec.num_hidden_layers) if req.format == "eagle3" else ()
     paths = generate_data(req.base_dir, prompts, work / "data", req.data, capture=capture,
                           progress=progress and progress("data", len(prompts)))
     if extra:
