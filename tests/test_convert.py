@@ -211,3 +211,30 @@ def test_dtype_auto_says_when_it_leaves_fp32(tmp_path, tiny_base, eagle1_draft):
     assert json.loads((tmp_path / "ck" / "config.json").read_text())["dtype"] == "float16"
     helped = CliRunner().invoke(main, ["convert", "--help"])
     assert "fp32 base becomes float16" in " ".join(helped.output.split())
+
+
+def test_a_transformers5_llama31_config_converts_as_its_transformers4_layout(tmp_path):
+    """transformers >= 5 writes `rope_parameters` (theta inside, no `rope_theta`/`rope_scaling`). TensorRT-LLM's own
+    converter (<= 1.2, transformers 4.57 pinned) reads `rotary_base = getattr(hf_config, "rope_theta", 10000.0)`
+    and `rotary_scaling = getattr(hf_config, "rope_scaling", None)` (tensorrt_llm/models/llama/config.py,
+    LLaMAConfig.from_hugging_face): the transformers-4 layout of the same model is its input. Ours must write from
+    the transformers-5 layout exactly what that converter writes from the transformers-4 one: rotary_base 500000 and
+    the whole llama3 dict (its RotaryScalingType reads "type"), not 10000 and no scaling."""
+    import hf_builders
+
+    tf5 = hf_builders.make_hf_base(tmp_path / "tf5", "llama31")
+    tf4 = hf_builders.make_hf_base(tmp_path / "tf4", "llama31_tf4")
+    hf4 = json.loads((tf4 / "config.json").read_text())
+    assert "rope_theta" not in json.loads((tf5 / "config.json").read_text())  # the layout under test
+    outs = {}
+    for name, base in (("tf5", tf5), ("tf4", tf4)):
+        draft = builders.make_eagle1_draft(tmp_path / f"d_{name}", base)
+        outs[name] = convert(trt_spec(base, draft, dtype="float32"), tmp_path / f"ck_{name}")
+    cfg5, cfg4 = (json.loads((outs[n] / "config.json").read_text()) for n in ("tf5", "tf4"))
+    assert cfg5 == cfg4
+    assert cfg5["rotary_base"] == hf4["rope_theta"] == 500000.0  # what from_hugging_face reads
+    assert cfg5["rotary_scaling"] == hf4["rope_scaling"] | {"type": "llama3"}
+    assert cfg5["eagle_net_config"]["rotary_base"] == 500000.0  # the EagleNets reuse the base's RoPE
+    assert cfg5["eagle_net_config"]["rotary_scaling"] == cfg5["rotary_scaling"]
+    ranks5, ranks4 = hf(outs["tf5"]), hf(outs["tf4"])
+    assert ranks5.keys() == ranks4.keys() and all(torch.equal(ranks5[k], ranks4[k]) for k in ranks5)

@@ -104,3 +104,66 @@ def test_int8_stays_as_close_to_fp32_as_for_llama(bases, tiny_base, variant):
     fp32, int8 = _logits(EagleEngine.load(base, None), ids), _logits(EagleEngine.load(base, None, dtype="int8"), ids)
     assert (fp32.argmax(-1) == int8.argmax(-1)).float().mean() >= 0.9
     assert (fp32 - int8).abs().max() <= 0.05 * fp32.abs().max()
+
+
+# ---- refused at the door: before anything is written -------------------------------------------------------------
+
+def _refused(tmp_path, base, draft, words):
+    """inspect, build and generate each exit 1 with `words` in the message; build leaves nothing behind."""
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+
+    out = tmp_path / "out"
+    for args in (["inspect", "--base", str(base), "--draft", str(draft)],
+                 ["build", "--base", str(base), "--draft", str(draft), "-o", str(out), "--engine", "pytorch",
+                  "--tree", "chain:2"],
+                 ["generate", "--base", str(base), "--draft", str(draft), "--tree", "chain:2", "--max-tokens", "4",
+                  "hello"]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1 and words in res.output and "Traceback" not in res.output, (args, res.output)
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+@pytest.mark.parametrize("model_type, arch", [("gemma2", "Gemma2ForCausalLM"), ("phi3", "Phi3ForCausalLM"),
+                                              ("qwen2_moe", "Qwen2MoeForCausalLM")])
+def test_an_unsupported_family_is_refused_by_name(tiny_base, eagle1_draft, tmp_path, model_type, arch):
+    import json
+    import shutil
+
+    base = tmp_path / model_type
+    shutil.copytree(tiny_base, base)
+    cfg = json.loads((base / "config.json").read_text()) | {"model_type": model_type, "architectures": [arch]}
+    (base / "config.json").write_text(json.dumps(cfg))
+    _refused(tmp_path, base, eagle1_draft, f"model_type {model_type!r} (architecture {arch!r}) is not a family")
+
+
+def test_a_base_tensor_nothing_reads_is_refused_by_name(tiny_base, eagle1_draft, tmp_path):
+    """A Llama checkpoint with q/k/v biases its config does not declare (attention_bias false): running without
+    them would be another model."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    base = tmp_path / "biased"
+    shutil.copytree(tiny_base, base)
+    weights = load_file(str(base / "model.safetensors"))
+    weights["model.layers.1.self_attn.v_proj.bias"] = torch.ones(weights["model.layers.1.self_attn.v_proj.weight"].shape[0])
+    save_file(weights, str(base / "model.safetensors"))
+    _refused(tmp_path, base, eagle1_draft, "'model.layers.1.self_attn.v_proj.bias'")
+
+
+@pytest.mark.parametrize("rope, words", [({"rope_type": "wavelet", "factor": 2.0}, "unknown rope_type 'wavelet'"),
+                                         ({"rope_type": "longrope", "factor": 2.0}, "rope_type 'longrope' is not"),
+                                         ({"rope_type": "llama3", "factor": 8.0}, "needs a number 'low_freq_factor'")])
+def test_a_rope_we_do_not_compute_is_refused(tiny_base, eagle1_draft, tmp_path, rope, words):
+    import json
+    import shutil
+
+    base = tmp_path / "rope"
+    shutil.copytree(tiny_base, base)
+    cfg = json.loads((base / "config.json").read_text())
+    cfg.pop("rope_theta")
+    cfg["rope_scaling"] = None
+    (base / "config.json").write_text(json.dumps(cfg | {"rope_parameters": {"rope_theta": 10000.0, **rope}}))
+    _refused(tmp_path, base, eagle1_draft, words)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from eagle_trt.build import llmapi
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
+from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree import parse_tree_arg
 
@@ -42,7 +43,7 @@ def eagle3_reference_capture(num_layers: int, input_indices) -> list[str]:
 
 @pytest.mark.parametrize("num_layers", [30, 32])
 def test_both_capture_conventions_name_the_same_states(num_layers):
-    inputs = llmapi.standard_capture_inputs(num_layers)
+    inputs = standard_capture_layers(num_layers)
     outputs = llmapi.trtllm_default_capture_outputs(num_layers)
     assert inputs == ((2, 15, 27) if num_layers == 30 else (2, 16, 29))
     assert outputs == ((1, 14, 26) if num_layers == 30 else (1, 15, 28))

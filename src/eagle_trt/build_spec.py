@@ -49,6 +49,10 @@ class BuildSpec:
     backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
     draft_vocab: int | None = None  # pytorch engine: FR-Spec draft vocabulary (None: the draft's file; 0: full)
     tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (perf/calibrate.py)
+    # llmapi/vllm: the copy of the draft in the layout that engine reads, written into the bundle, and why
+    # (draft_layouts.served_layout_change); None: the engine reads draft.path as it is
+    served_draft: str | None = None
+    served_draft_reason: str | None = None
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
@@ -162,6 +166,13 @@ class BuildSpec:
     @property
     def runtime_tree_config(self) -> TreeConfig:
         return parse_tree_arg(self.runtime_tree)
+
+    @property
+    def engine_draft_path(self) -> Path | None:
+        """The draft directory the serving engine reads: the bundle's rewritten copy, else the draft itself."""
+        if self.draft is None:
+            return None
+        return Path(self.served_draft) if self.served_draft else self.draft.path
 
     @property
     def draft_format(self) -> str | None:

@@ -53,9 +53,10 @@ LAYOUTS = {layout.name: layout for layout in (
 
 
 def standard_capture_layers(num_layers: int) -> tuple[int, int, int]:
-    """The base layers whose input EAGLE-3 reads by default (SafeAILab: 2, L//2, L-3; tiny bases: 0, L//2, L-1)."""
+    """The base layers whose input EAGLE-3 reads by default, ascending as SafeAILab concatenates them (2, L//2, L-3;
+    tiny bases: 0, L//2, L-1)."""
     n = num_layers
-    return (2, n // 2, n - 3) if n >= 4 else (0, n // 2, n - 1)
+    return tuple(sorted((2, n // 2, n - 3) if n >= 4 else (0, n // 2, n - 1)))
 
 
 def detect_layout(path: Path, names: set[str], cfg: dict) -> Layout:
@@ -206,3 +207,21 @@ def engine_draft_problems(draft, engine: str | None) -> list[tuple[str, str]]:
     label = LAYOUTS[draft.layout].label if draft.layout in LAYOUTS else "this"
     return [(f"the {engine} engine's draft model has no {what}, which this {label} draft uses", hint)
             for what in missing]
+
+
+def served_layout_change(draft, engine: str) -> str | None:
+    """Why `engine` must be given this draft in another layout than its own (build writes that copy into the
+    bundle, build/draft_export.py), or None when it reads the draft as it is:
+    - llmapi: TensorRT-LLM's Eagle3 draft model loads `midlayer.*` from a flat Llama config (its renaming of
+      `layers.0.*` arrived in January 2026, after 1.2), so Model-Optimizer and speculators drafts are rewritten;
+    - vllm: vLLM reads capture ids from the top-level `eagle_aux_hidden_state_layer_ids`, else from
+      `eagle_config`, both as layer inputs: ids a layout counts as outputs (or keeps under another key) are
+      written back as inputs at the top level."""
+    if draft is None or draft.format != "eagle3":
+        return None
+    if engine == "llmapi" and draft.layout in ("modelopt", "speculators"):
+        return f"TensorRT-LLM reads EAGLE-3 drafts as midlayer.* with a flat Llama config, not the {draft.layout} layout"
+    if engine == "vllm" and draft.capture_layers is not None and not draft.capture_source.startswith(
+            "eagle_aux_hidden_state_layer_ids"):
+        return f"vLLM would read the capture ids ({draft.capture_source}) as layer inputs"
+    return None

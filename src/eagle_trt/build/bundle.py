@@ -6,6 +6,7 @@ OUT/
   checkpoint/ engines/  (trtllm) TRT-LLM EAGLE checkpoint and engines, by eagle_trt.build.trtllm
   model_repository/     eagle_model, base_model, preprocessing, postprocessing, eagle_engine, base_engine
   perf/                 datasets and scripts, by eagle_trt.perf.harness_files
+  draft/                (llmapi, vllm) the draft in the layout that engine reads, when its own is another
 ```
 The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
 half-written; an existing OUT is replaced only with `force`.
@@ -13,14 +14,17 @@ half-written; an existing OUT is replaced only with `force`.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eagle_trt.build.draft_export import write_served_draft
 from eagle_trt.build.llmapi import write_llmapi_config
 from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
+from eagle_trt.draft_layouts import served_layout_change
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
 from eagle_trt.model_repository import ServingOptions, write_model_repository
@@ -28,6 +32,7 @@ from eagle_trt.perf.harness_files import write_perf_files
 from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec
 
 ENGINE_CHOICES = ("auto", *ENGINES)
+SERVED_DRAFT_DIR = "draft"  # OUT/draft: the draft rewritten in the layout the engine reads, when it needs one
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,11 @@ def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Pa
 
     require_shapes(base, draft)  # every tensor against its config.json, before anything is built
     steps = []
+    reason = served_layout_change(draft, spec.engine)
+    if reason:
+        spec = dataclasses.replace(spec, served_draft=str(Path(out).resolve() / SERVED_DRAFT_DIR),
+                                   served_draft_reason=reason)
+        steps.append(f"draft in the layout {spec.engine} reads -> {SERVED_DRAFT_DIR}/ ({reason})")
     if spec.engine == "trtllm":
         steps.append("convert checkpoint (skipped)" if skip_convert else "convert checkpoint -> checkpoint/")
         steps.append("trtllm-build (skipped)" if skip_engines else "trtllm-build -> engines/eagle, engines/base")
@@ -93,6 +103,8 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
                                           skip_engines=skip_engines)
             _write_engine_script(result.commands, tmp, out)
             _write_plugin_record(tmp)
+        if spec.served_draft:
+            write_served_draft(spec.draft, spec.engine, tmp / SERVED_DRAFT_DIR)
         repo = tmp / "model_repository"
         write_model_repository(spec, repo, bundle_dir=out, options=serving)
         if spec.engine == "llmapi":

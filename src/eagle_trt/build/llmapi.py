@@ -10,9 +10,9 @@ model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/te
 (TensorRT-LLM's max_draft_len is the number of drafter layers = tree levels; our D, like EAGLE's `depth`, counts
 the expansions after the root's top-K, so the tree has D+1 levels: eagle3_dynamic_tree.py sizes its history
 K + K*K*(max_draft_len-1), our pool K + D*K*K.)
-Capture layers: TensorRT-LLM's `eagle3_layers_to_capture` counts layer OUTPUTS (default {1, L//2-1, L-4}); EAGLE's
-reference code and our runtime count layer INPUTS (2, L//2, L-3) - the same three hidden states. We write the key
-only when the draft names other layers, converted input -> output (index - 1).
+Capture layers: TensorRT-LLM's `eagle3_layers_to_capture` counts layer OUTPUTS (default {1, L//2-1, L-4}); a
+DraftSpec counts layer INPUTS (eagle_trt.draft_layouts: one rule for every layout) - the default three are the same
+hidden states. We write the key only when the draft reads other layers, converted input -> output (index - 1).
 """
 
 from __future__ import annotations
@@ -27,19 +27,15 @@ MODEL_YAML = "model.yaml"
 SERVE_YAML = "llm_api_options.yaml"
 
 
-def standard_capture_inputs(num_layers: int) -> tuple[int, int, int]:
-    """The base layers whose input EAGLE-3 reads (EAGLE's reference code: 2, L//2, L-3)."""
-    return 2, num_layers // 2, num_layers - 3
-
-
 def trtllm_default_capture_outputs(num_layers: int) -> tuple[int, int, int]:
     """TensorRT-LLM's default eagle3_layers_to_capture: layer outputs {1, L//2-1, L-4} (llm_args.py)."""
     return 1, num_layers // 2 - 1, num_layers - 4
 
 
 def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -> list[int] | None:
-    """`eagle3_layers_to_capture` for a draft that reads the inputs of `capture_inputs` (None = the standard
-    layers): None when TensorRT-LLM's default is already right, else the output indices (input index - 1)."""
+    """`eagle3_layers_to_capture` for a draft that reads the inputs of `capture_inputs` (None: a draft that names
+    none, the standard layers): None when TensorRT-LLM's default is already right, else the output indices (input
+    index - 1)."""
     if capture_inputs is None:
         return None
     if any(i < 1 or i > num_layers for i in capture_inputs):
@@ -48,7 +44,7 @@ def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -
                             f"{num_layers - 1}; input 0, the embeddings, has no output index)",
                             "use --engine pytorch, or train the draft on the standard layers")
     outputs = sorted(i - 1 for i in capture_inputs)
-    if tuple(outputs) == trtllm_default_capture_outputs(num_layers):
+    if tuple(outputs) == tuple(sorted(trtllm_default_capture_outputs(num_layers))):
         return None
     return outputs
 
@@ -66,7 +62,7 @@ def tree_fields(cfg: TreeConfig) -> dict:
 
 def speculative_config(spec: BuildSpec) -> dict:
     config = {"decoding_type": "Eagle3"} | tree_fields(spec.runtime_tree_config)
-    config["speculative_model"] = str(spec.draft.path)
+    config["speculative_model"] = str(spec.engine_draft_path)
     capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
     if capture is not None:
         config["eagle3_layers_to_capture"] = capture

@@ -307,7 +307,7 @@ def _vllm(spec: BuildSpec) -> tuple[dict[str, dict], dict[str, object]]:
                  "tensor_parallel_size": spec.tp_size}
         if name == EAGLE_MODEL and spec.draft is not None:
             model["speculative_config"] = {
-                "method": "eagle3" if spec.draft_format == "eagle3" else "eagle", "model": str(spec.draft.path),
+                "method": "eagle3" if spec.draft_format == "eagle3" else "eagle", "model": str(spec.engine_draft_path),
                 "num_speculative_tokens": spec.runtime_tree_config.max_draft_tokens, "draft_tensor_parallel_size": 1}
         files[f"{name}/1/model.json"] = json.dumps(model, indent=2) + "\n"
     return configs, files
