@@ -167,3 +167,16 @@ def test_a_rope_we_do_not_compute_is_refused(tiny_base, eagle1_draft, tmp_path, 
     cfg["rope_scaling"] = None
     (base / "config.json").write_text(json.dumps(cfg | {"rope_parameters": {"rope_theta": 10000.0, **rope}}))
     _refused(tmp_path, base, eagle1_draft, words)
+
+
+def test_refusal_hints_name_only_routes_that_run_the_pair(bases, drafts):
+    """Qwen3 + an EAGLE-1 draft through the LLM API: the hint may not send the user to the TensorRT-LLM engine path
+    (Llama only) but to the engines that run this very pair."""
+    from eagle_trt.spec import DraftSpec, check_compatibility
+
+    base, draft = ModelSpec.from_dir(bases["qwen3"]), DraftSpec.from_dir(drafts["qwen3"][0])
+    (problem,) = check_compatibility(base, draft, "llmapi")
+    assert problem.message == "TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only"
+    assert problem.hint.startswith("this pair runs with --engine pytorch or --engine vllm;")
+    assert "trtllm" not in problem.hint and "train-draft --format eagle3" in problem.hint
+    assert not check_compatibility(base, DraftSpec.from_dir(drafts["qwen3"][1]), "llmapi")  # EAGLE-3: it runs

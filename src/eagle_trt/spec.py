@@ -263,39 +263,47 @@ class Problem:
 
 
 def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> list[Problem]:
-    """Every reason the pair cannot be served (by `engine`, when given); empty when they fit."""
+    """Every reason the pair cannot be served (by `engine`, when given); empty when they fit. The hint of an
+    engine's refusal names only the engines that run this pair."""
     problems: list[Problem] = []
-    family = FAMILY_BY_TYPE[base.family]
-    refusal = family.refusal(engine) if engine is not None else None
-    if refusal:
-        routes = [e for e in family.engines_that_run() if e != engine]
-        problems.append(Problem(f"the {engine} engine does not run {family.label} bases ({base.architecture}): "
-                                f"{refusal}", f"{family.label} runs with " + " or ".join(f"--engine {e}" for e in routes)
-                                if routes else f"no engine runs {family.label} bases"))
-    if draft is None:
-        return problems
-    if draft.format == "eagle1":
-        if draft.hidden_size != base.hidden_size:
-            problems.append(Problem(f"draft hidden_size {draft.hidden_size} != base hidden_size {base.hidden_size}",
-                                    "pass the EAGLE draft trained for this base"))
-        if draft.fc_in_features != 2 * base.hidden_size:
-            problems.append(Problem(f"draft fc takes {draft.fc_in_features} inputs, expected 2 x base hidden = "
-                                    f"{2 * base.hidden_size}", "pass the EAGLE draft trained for this base"))
-    else:
-        problems += _eagle3_problems(base, draft)
-    if draft.vocab_size != base.vocab_size:
-        problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
-                                "the draft must share the base's tokenizer; pass the draft trained for this base"))
-    problems += [Problem(m, h) for m, h in engine_draft_problems(draft, engine)]
-    if engine == "trtllm" and draft.format == "eagle3":
-        problems.append(Problem("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path",
-                                "use --engine llmapi (TRT-LLM's PyTorch backend) or --engine pytorch/vllm"))
-    if engine == "llmapi" and draft.format == "eagle1":
-        problems.append(Problem("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only",
-                                "use --engine trtllm for EAGLE-1/2 drafts (TensorRT-LLM <= 1.2) or --engine "
-                                "pytorch, or train an EAGLE-3 draft for this base (eagle-trt train-draft --format "
-                                "eagle3)"))
+    if draft is not None:
+        if draft.format == "eagle1":
+            if draft.hidden_size != base.hidden_size:
+                problems.append(Problem(f"draft hidden_size {draft.hidden_size} != base hidden_size "
+                                        f"{base.hidden_size}", "pass the EAGLE draft trained for this base"))
+            if draft.fc_in_features != 2 * base.hidden_size:
+                problems.append(Problem(f"draft fc takes {draft.fc_in_features} inputs, expected 2 x base hidden = "
+                                        f"{2 * base.hidden_size}", "pass the EAGLE draft trained for this base"))
+        else:
+            problems += _eagle3_problems(base, draft)
+        if draft.vocab_size != base.vocab_size:
+            problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
+                                    "the draft must share the base's tokenizer; pass the draft trained for this base"))
+    refusals = engine_refusals(base, draft, engine) if engine is not None else []
+    if refusals:
+        routes = [e for e in ENGINES if not engine_refusals(base, draft, e)]
+        hint = ("this pair runs with " + " or ".join(f"--engine {e}" for e in routes)) if routes else \
+            "no engine runs this pair"
+        if draft is not None and draft.format == "eagle1" and engine == "llmapi":
+            hint += "; or train an EAGLE-3 draft for this base (eagle-trt train-draft --format eagle3)"
+        problems += [Problem(message, hint) for message in refusals]
     return problems
+
+
+def engine_refusals(base: ModelSpec, draft: DraftSpec | None, engine: str) -> list[str]:
+    """Why `engine` does not run this base (its family) with this draft (its format and math)."""
+    family = FAMILY_BY_TYPE[base.family]
+    out = []
+    refusal = family.refusal(engine)
+    if refusal:
+        out.append(f"the {engine} engine does not run {family.label} bases ({base.architecture}): {refusal}")
+    if draft is None:
+        return out
+    if engine == "trtllm" and draft.format == "eagle3":
+        out.append("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path (EAGLE-1/2 only)")
+    if engine == "llmapi" and draft.format == "eagle1":
+        out.append("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only")
+    return out + [message for message, _ in engine_draft_problems(draft, engine)]
 
 
 def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
