@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = "eagle_trt"
 LAYERS = [  # bottom first; the DESIGN.md arrows, with the shared low modules spelled out
     ("errors",),
-    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families"),  # ROOT: __init__.py (the version)
+    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub"),  # ROOT: the version
     ("draft_layouts",),
     ("spec", "demo_model", "load_policy"),
     ("build_spec",),

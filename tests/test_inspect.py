@@ -10,13 +10,13 @@ BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_
              "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
              "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id",
              "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "family", "qkv_bias", "o_bias",
-             "mlp_bias", "qk_norm", "sliding_window", "sliding_layers"}
+             "mlp_bias", "qk_norm", "sliding_window", "sliding_layers", "hub_source"}
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
               "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
               "capture_layers", "max_position_embeddings", "capture_source", "layout", "layer_prefix", "rope_scaling",
               "qkv_bias", "o_bias", "mlp_bias", "qk_norm", "norm_before_residual", "input_norm", "fc_norm",
-              "norm_output", "final_norm"}
+              "norm_output", "final_norm", "hub_source"}
 
 
 def run(*args):

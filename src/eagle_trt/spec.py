@@ -25,6 +25,7 @@ from eagle_trt.checkpoints import find_weight_files, open_weights
 from eagle_trt.draft_layouts import LAYOUTS, engine_draft_problems, read_draft, standard_capture_layers
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, Architecture, Rope, family_of, read_architecture, require_int
+from eagle_trt.hub import hub_source, resolve_checkpoint
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
 
@@ -137,10 +138,12 @@ class ModelSpec(LayerDims):
     qk_norm: bool = False
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
+    hub_source: str | None = None  # "org/name@commit" when read from the Hugging Face cache (eagle_trt.hub)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelSpec:
-        path = Path(path)
+        """`path`: a checkpoint directory or a hub id (org/name[@revision], eagle_trt.hub)."""
+        path = resolve_checkpoint(path, "base")
         cfg = read_config(path, "base")
         cfg_file = path / "config.json"
         fmt, files, _ = find_weight_files(path)
@@ -180,6 +183,7 @@ class ModelSpec(LayerDims):
             eos_token_ids=eos_ids, has_tokenizer=has_tok, has_chat_template=has_template, weight_format=fmt,
             family=family.name, qkv_bias=shape.qkv_bias, o_bias=shape.o_bias, mlp_bias=shape.mlp_bias,
             qk_norm=shape.qk_norm, sliding_window=shape.sliding_window, sliding_layers=shape.sliding_layers,
+            hub_source=hub_source(path),
         )
 
     @property
@@ -233,14 +237,16 @@ class DraftSpec(LayerDims):
     fc_norm: bool = False
     norm_output: bool = False
     final_norm: bool = True
+    hub_source: str | None = None  # "org/name@commit" when read from the Hugging Face cache (eagle_trt.hub)
 
     @classmethod
     def from_dir(cls, path: str | Path) -> DraftSpec:
-        path = Path(path)
+        """`path`: a checkpoint directory or a hub id (org/name[@revision], eagle_trt.hub)."""
+        path = resolve_checkpoint(path, "draft")
         cfg = read_config(path, "draft")
         with open_weights(path) as reader:
             fields_ = read_draft(path, cfg, reader)
-        return cls(path=path.resolve(), **fields_)
+        return cls(path=path.resolve(), hub_source=hub_source(path), **fields_)
 
     @property
     def prefix(self) -> str:

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import BASE, DRAFT
 from eagle_trt.spec import PRECISIONS
 
 
 @click.command("bench")
-@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--draft", "draft_dirs", type=click.Path(path_type=Path), multiple=True,
+@click.option("--base", "base_dir", required=True, type=BASE)
+@click.option("--draft", "draft_dirs", type=DRAFT, multiple=True,
               help="EAGLE draft; repeat to compare drafts (e.g. EAGLE-1 vs EAGLE-3) on the same prompts.")
 @click.option("--trees", default="auto;chain:3;dynamic:4,4,8", show_default=True,
               help="Tree settings separated by ';' (auto | chain:N | static:NAME|FILE | dynamic:D,K,T); auto: tuned "

@@ -9,12 +9,13 @@ import click
 
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
+from eagle_trt.commands.options import CheckpointPath
 
 
 @click.command("build")
-@click.option("--base", "base_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--base", "base_dir", required=True, type=CheckpointPath("base", must_exist=True),
               help="Hugging Face Llama-family base model directory.")
-@click.option("--draft", "draft_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--draft", "draft_dir", type=CheckpointPath("draft", must_exist=True),
               help="EAGLE draft directory (EAGLE-1/2 or EAGLE-3). Without it eagle_model decodes plainly.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Bundle directory.")
 @click.option("--engine", type=click.Choice(ENGINE_CHOICES), default="auto", show_default=True,

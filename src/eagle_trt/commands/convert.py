@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import BASE, DRAFT
+
 
 @click.command("convert")
-@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF Llama base directory.")
-@click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="EAGLE-1/2 draft (omit with --base-only).")
+@click.option("--base", "base_dir", required=True, type=BASE, help="HF Llama base directory or hub id.")
+@click.option("--draft", "draft_dir", type=DRAFT, help="EAGLE-1/2 draft (omit with --base-only).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Checkpoint dir.")
 @click.option("--tp", "tp_size", type=click.IntRange(min=1),
               default=1, show_default=True, help="Tensor-parallel ranks.")

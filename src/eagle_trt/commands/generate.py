@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import BASE, DRAFT
 from eagle_trt.perf.datasets import encode_prompt
 from eagle_trt.spec import EAGLE_MODEL, PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
@@ -50,8 +51,8 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
 
 @click.command("generate")
 @click.argument("prompt")
-@click.option("--base", "base_dir", type=click.Path(path_type=Path), help="Local mode: HF base model directory.")
-@click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="Local mode: EAGLE draft (omit: plain).")
+@click.option("--base", "base_dir", type=BASE, help="Local mode: HF base model directory or hub id.")
+@click.option("--draft", "draft_dir", type=DRAFT, help="Local mode: EAGLE draft (omit: plain).")
 @click.option("--url", help="Remote mode: Triton server, e.g. http://127.0.0.1:8000 or grpc://127.0.0.1:8001.")
 @click.option("--model", default=EAGLE_MODEL, show_default=True, help="Remote mode: model to call.")
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the base's chat template.")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import BASE, DRAFT
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import ENGINES
 
@@ -71,8 +72,8 @@ def _table(report: dict) -> None:
 
 
 @click.command("inspect")
-@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF base model directory.")
-@click.option("--draft", "draft_dir", type=click.Path(path_type=Path), help="EAGLE draft directory.")
+@click.option("--base", "base_dir", required=True, type=BASE, help="HF base model directory or hub id.")
+@click.option("--draft", "draft_dir", type=DRAFT, help="EAGLE draft directory or hub id.")
 @click.option("--engine", type=click.Choice(ENGINES), help="Check support by one engine only.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report (keys in docs/inspect.md).")
 def inspect_cmd(base_dir, draft_dir, engine, as_json):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import CheckpointPath
 from eagle_trt.spec import PRECISIONS
 
 
@@ -22,8 +23,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 @click.command("profile")
-@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--draft", "draft_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--base", "base_dir", required=True, type=CheckpointPath("base", must_exist=True))
+@click.option("--draft", "draft_dir", type=CheckpointPath("draft", must_exist=True),
               help="Also time one draft step per width.")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True)

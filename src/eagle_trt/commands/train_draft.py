@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import BASE
 from eagle_trt.errors import EagleTrtError
 
 
@@ -29,7 +30,7 @@ def _progress(stage: str, total):
 
 
 @click.command("train-draft")
-@click.option("--base", "base_dir", required=True, type=click.Path(path_type=Path), help="HF base model directory.")
+@click.option("--base", "base_dir", required=True, type=BASE, help="HF base model directory or hub id.")
 @click.option("--prompts", "prompts_file", required=True, type=click.Path(path_type=Path),
               help="JSONL of training prompts (prompt/text/turns/ShareGPT conversations).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
