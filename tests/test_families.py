@@ -148,7 +148,8 @@ def test_a_base_tensor_nothing_reads_is_refused_by_name(tiny_base, eagle1_draft,
     base = tmp_path / "biased"
     shutil.copytree(tiny_base, base)
     weights = load_file(str(base / "model.safetensors"))
-    weights["model.layers.1.self_attn.v_proj.bias"] = torch.ones(weights["model.layers.1.self_attn.v_proj.weight"].shape[0])
+    rows = weights["model.layers.1.self_attn.v_proj.weight"].shape[0]
+    weights["model.layers.1.self_attn.v_proj.bias"] = torch.ones(rows)
     save_file(weights, str(base / "model.safetensors"))
     _refused(tmp_path, base, eagle1_draft, "'model.layers.1.self_attn.v_proj.bias'")
 

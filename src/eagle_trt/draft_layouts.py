@@ -1,14 +1,20 @@
 """Published EAGLE draft layouts, read into one description at the door (`read_draft`), so that nothing after
 `DraftSpec.from_dir` knows who wrote a draft.
 
-| layout | written by (read at the source) | what differs |
-|---|---|---|
-| safeailab-eagle1 | SafeAILab/EAGLE `eagle/model/cnets1.py` | fc [H, 2H] (+bias), `layers.0.*` without input norm, config `qkv_bias` |
-| safeailab-eagle3 | SafeAILab/EAGLE `eagle/model/cnets.py` | `midlayer.*`, fc [H, 3H_t], norm, lm_head [V_d, H], d2t/t2d |
-| specforge | sgl-project/SpecForge `specforge/modeling/draft/llama3_eagle.py` | `LlamaForCausalLMEagle3`, optional `fc_norm.{0,1,2}`, `norm_output`, `eagle_config` capture ids |
-| angelslim | Tencent/AngelSlim `.../models/draft/llama_eagle3.py` | `Eagle3LlamaForCausalLM`, `aux_hidden_states_layer_ids` |
-| modelopt | NVIDIA/Model-Optimizer `modelopt/torch/export/plugins/hf_spec_export.py` | `layers.0.*`, nested `eagle_config`, attention/MLP biases per config, `use_last_layernorm` |
-| speculators | vllm-project/speculators `src/speculators/models/eagle3/` (vLLM `llama_eagle3.py`) | `speculators_model_type`, the layer's config in `transformer_layer_config`, `layers.0.*`, `norm_before_residual`, `norm_before_fc` (`input_norm`), `fc_norm`, `norm_output`, Qwen3 layers with q/k norms |
+- safeailab-eagle1: SafeAILab/EAGLE `eagle/model/cnets1.py`. fc [H, 2H] (+bias), `layers.0.*` without input norm,
+  config `qkv_bias` (EAGLE-Qwen2 drafts: q/k/v biases).
+- safeailab-eagle3: SafeAILab/EAGLE `eagle/model/cnets.py`. `midlayer.*`, fc [H, 3H_t], norm, lm_head [V_d, H],
+  d2t (int64 offsets) / t2d.
+- specforge: sgl-project/SpecForge `specforge/modeling/draft/llama3_eagle.py`. `LlamaForCausalLMEagle3`, optional
+  `fc_norm.{0,1,2}`, `norm_output`, capture ids in `eagle_config`.
+- angelslim: Tencent/AngelSlim `angelslim/compressor/speculative/train/models/draft/llama_eagle3.py`.
+  `Eagle3LlamaForCausalLM`, capture ids in `aux_hidden_states_layer_ids`.
+- modelopt: NVIDIA/Model-Optimizer `modelopt/torch/export/plugins/hf_spec_export.py`. `layers.0.*`, nested
+  `eagle_config`, attention/MLP biases per config, `use_last_layernorm`.
+- speculators: vllm-project/speculators `src/speculators/models/eagle3/` (consumer: vLLM `llama_eagle3.py`).
+  `speculators_model_type`, the layer's config in `transformer_layer_config`, `layers.0.*`, `norm_before_residual`
+  (default true when absent, as vLLM reads it), `norm_before_fc` (`input_norm`), `fc_norm`, `norm_output`, Qwen3
+  layers with q/k norms.
 
 Capture layers, one rule: EAGLE-3 reads three base hidden states. We count them as layer INPUTS (Hugging Face's
 `output_hidden_states` index: 0 = embeddings, i = what enters layer i), as SafeAILab (inputs of 2, L//2, L-3 by
@@ -220,7 +226,8 @@ def served_layout_change(draft, engine: str) -> str | None:
     if draft is None or draft.format != "eagle3":
         return None
     if engine == "llmapi" and draft.layout in ("modelopt", "speculators"):
-        return f"TensorRT-LLM reads EAGLE-3 drafts as midlayer.* with a flat Llama config, not the {draft.layout} layout"
+        return (f"TensorRT-LLM reads EAGLE-3 drafts as midlayer.* with a flat Llama config, not the {draft.layout} "
+                "layout")
     if engine == "vllm" and draft.capture_layers is not None and not draft.capture_source.startswith(
             "eagle_aux_hidden_state_layer_ids"):
         return f"vLLM would read the capture ids ({draft.capture_source}) as layer inputs"

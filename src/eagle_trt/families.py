@@ -223,7 +223,8 @@ def read_architecture(cfg: dict, cfg_file: Path, family: Family, num_layers: int
                             "restore the original config.json (null means no window)")
     if not layers:
         window = None
-    return Architecture(family=family.name, qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=family.mlp_bias_key and _flag(cfg, family, "mlp_bias"),
+    mlp_bias = family.mlp_bias_key and _flag(cfg, family, "mlp_bias")
+    return Architecture(family=family.name, qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias,
                         qk_norm=family.qk_norm, sliding_window=window, sliding_layers=layers,
                         rope=read_rope(cfg, cfg_file, max_positions))
 

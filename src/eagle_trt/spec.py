@@ -171,7 +171,8 @@ class ModelSpec(LayerDims):
         has_tok, has_template, eot = _tokenizer_info(path)
         eos_ids = tuple(dict.fromkeys(eos + eot))
         return cls(
-            path=path.resolve(), architecture=arch, model_type=str(cfg.get("model_type") or family.model_types[0]), num_hidden_layers=layers,
+            path=path.resolve(), architecture=arch, model_type=str(cfg.get("model_type") or family.model_types[0]),
+            num_hidden_layers=layers,
             hidden_size=hidden, num_attention_heads=heads,
             num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(cfg.get("head_dim") or defaults.get("head_dim") or hidden // heads),
@@ -325,7 +326,8 @@ def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
                                 "pass the EAGLE-3 draft trained for this base"))
     if any(i > base.num_hidden_layers for i in capture):
         problems.append(Problem(f"the EAGLE-3 draft reads base layers {list(capture)} ({draft.capture_source}), but "
-                                f"the base has {base.num_hidden_layers}", "pass the EAGLE-3 draft trained for this base"))
+                                f"the base has {base.num_hidden_layers}",
+                                "pass the EAGLE-3 draft trained for this base"))
     return problems
 
 

@@ -122,7 +122,8 @@ def _write_engine_script(commands: dict[str, list[str]], tmp: Path, out: Path) -
 
     engines = tmp / "engines"
     engines.mkdir(parents=True, exist_ok=True)
-    lines = ["#!/usr/bin/env bash", "# trtllm-build for the EAGLE and the base engine (run inside the serving container)",
+    lines = ["#!/usr/bin/env bash",
+             "# trtllm-build for the EAGLE and the base engine (run inside the serving container)",
              "set -euo pipefail"]
     lines += [" ".join(shlex.quote(a.replace(str(tmp), str(out))) for a in argv) for argv in commands.values()]
     (engines / "build_engines.sh").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle_trt.runtime.model import MLP, Attention, DecoderLayer, KVCache, LlamaArgs, RMSNorm, Rope, block_mask
+from eagle_trt.runtime.model import MLP, Attention, DecoderLayer, KVCache, LlamaArgs, RMSNorm, block_mask
+from eagle_trt.runtime.rope import Rope
 
 
 class DraftHead(nn.Module):

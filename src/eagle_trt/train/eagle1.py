@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from eagle_trt.runtime.draft import Eagle1Draft
-from eagle_trt.runtime.model import KVCache, Rope
+from eagle_trt.runtime.model import KVCache
+from eagle_trt.runtime.rope import Rope
 from eagle_trt.train.loop import LoopConfig, pack, train_loop
 
 

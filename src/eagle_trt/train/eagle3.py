@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from eagle_trt.runtime.draft import Eagle3Draft
-from eagle_trt.runtime.model import Llama, Rope, apply_rope
+from eagle_trt.runtime.model import Llama
+from eagle_trt.runtime.rope import Rope, apply_rope
 from eagle_trt.train.loop import LoopConfig, pack, train_loop
 
 
