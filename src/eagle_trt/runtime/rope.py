@@ -5,14 +5,10 @@ rotation."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 
 from eagle_trt.errors import EagleTrtError
-
-if TYPE_CHECKING:
-    from eagle_trt.runtime.model import LlamaArgs
 
 
 def rope_frequencies(head_dim: int, theta: float, scaling: dict | None) -> tuple[torch.Tensor, float]:
@@ -63,9 +59,10 @@ def _yarn(inv: torch.Tensor, dim: int, theta: float, s: dict) -> tuple[torch.Ten
 
 
 class Rope:
-    """cos/sin tables for positions 0..max_len-1, gathered by explicit positions."""
+    """cos/sin tables for positions 0..max_len-1, gathered by explicit positions. `args`: a runtime.model.LlamaArgs
+    (its head_dim, rope_theta and rope_scaling)."""
 
-    def __init__(self, args: LlamaArgs, max_len: int, dtype, device):
+    def __init__(self, args, max_len: int, dtype, device):
         inv, scale = rope_frequencies(args.head_dim, args.rope_theta, args.rope_scaling)
         angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)
         angles = torch.cat((angles, angles), dim=-1)
