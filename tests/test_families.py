@@ -181,3 +181,39 @@ def test_refusal_hints_name_only_routes_that_run_the_pair(bases, drafts):
     assert problem.hint.startswith("this pair runs with --engine pytorch or --engine vllm;")
     assert "trtllm" not in problem.hint and "train-draft --format eagle3" in problem.hint
     assert not check_compatibility(base, DraftSpec.from_dir(drafts["qwen3"][1]), "llmapi")  # EAGLE-3: it runs
+
+
+@pytest.mark.parametrize("engine", ["llmapi", "vllm"])
+def test_engines_reading_hf_configs_get_both_rope_layouts(bases, drafts, engine, tmp_path):
+    """An engine on transformers 4 (TensorRT-LLM <= 1.2, vLLM of its time) reads rope_theta/rope_scaling only: a
+    transformers-5 base is served as OUT/base, its files linked and config.json holding both layouts; a base that
+    has them already is served as it is."""
+    import json
+
+    import yaml
+    from click.testing import CliRunner
+    from transformers import LlamaConfig
+
+    from eagle_trt.cli import main
+
+    out = tmp_path / "bundle"
+    args = ["build", "--base", str(bases["llama31"]), "--draft", str(drafts["llama31"][1]), "-o", str(out),
+            "--engine", engine, "--tree", "chain:3"] + (["--dry-run"] if engine == "llmapi" else [])
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    served = out / "base"
+    model = yaml.safe_load((out / "model_repository/eagle_engine/1/model.yaml").read_text()) if engine == "llmapi" \
+        else json.loads((out / "model_repository/eagle_model/1/model.json").read_text())
+    assert model["model"] == str(served.resolve())
+    cfg = json.loads((served / "config.json").read_text())
+    assert cfg["rope_theta"] == 500000.0 and cfg["rope_scaling"]["rope_type"] == "llama3"  # transformers 4 reads these
+    assert LlamaConfig.from_pretrained(served).rope_parameters == LlamaConfig.from_pretrained(
+        bases["llama31"]).rope_parameters  # transformers 5 reads the same RoPE
+    assert ModelSpec.from_dir(served).rope_scaling == ModelSpec.from_dir(bases["llama31"]).rope_scaling
+    assert (served / "model.safetensors").is_symlink() and (served / "model.safetensors").resolve() == (
+        bases["llama31"] / "model.safetensors").resolve()
+    assert "transformers 5's rope_parameters only" in json.loads((out / "eagle_trt_spec.json").read_text())[
+        "served_base_reason"]
+    res = CliRunner().invoke(main, [*args[:2], str(bases["llama31_tf4"]), *args[3:6], str(tmp_path / "tf4"),
+                                    *args[7:]])
+    assert res.exit_code == 0 and not (tmp_path / "tf4" / "base").exists()

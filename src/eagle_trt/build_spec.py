@@ -53,6 +53,9 @@ class BuildSpec:
     # (draft_layouts.served_layout_change); None: the engine reads draft.path as it is
     served_draft: str | None = None
     served_draft_reason: str | None = None
+    # llmapi/vllm: the base with both RoPE layouts in its config.json (build/served_base.py), and why; None: base.path
+    served_base: str | None = None
+    served_base_reason: str | None = None
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
@@ -166,6 +169,11 @@ class BuildSpec:
     @property
     def runtime_tree_config(self) -> TreeConfig:
         return parse_tree_arg(self.runtime_tree)
+
+    @property
+    def engine_base_path(self) -> Path:
+        """The base directory an engine that reads Hugging Face configs itself is given."""
+        return Path(self.served_base) if self.served_base else self.base.path
 
     @property
     def engine_draft_path(self) -> Path | None:

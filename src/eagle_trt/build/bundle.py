@@ -7,6 +7,7 @@ OUT/
   model_repository/     eagle_model, base_model, preprocessing, postprocessing, eagle_engine, base_engine
   perf/                 datasets and scripts, by eagle_trt.perf.harness_files
   draft/                (llmapi, vllm) the draft in the layout that engine reads, when its own is another
+  base/                 (llmapi, vllm) the base with both RoPE config layouts, when it has transformers 5's only
 ```
 The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
 half-written; an existing OUT is replaced only with `force`.
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from eagle_trt.build.draft_export import write_served_draft
 from eagle_trt.build.llmapi import write_llmapi_config
+from eagle_trt.build.served_base import SERVED_BASE_DIR, legacy_rope_missing, write_served_base
 from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
@@ -75,6 +77,11 @@ def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Pa
         spec = dataclasses.replace(spec, served_draft=str(Path(out).resolve() / SERVED_DRAFT_DIR),
                                    served_draft_reason=reason)
         steps.append(f"draft in the layout {spec.engine} reads -> {SERVED_DRAFT_DIR}/ ({reason})")
+    reason = legacy_rope_missing(base, spec.engine)
+    if reason:
+        spec = dataclasses.replace(spec, served_base=str(Path(out).resolve() / SERVED_BASE_DIR),
+                                   served_base_reason=reason)
+        steps.append(f"base with both RoPE layouts -> {SERVED_BASE_DIR}/ ({reason})")
     if spec.engine == "trtllm":
         steps.append("convert checkpoint (skipped)" if skip_convert else "convert checkpoint -> checkpoint/")
         steps.append("trtllm-build (skipped)" if skip_engines else "trtllm-build -> engines/eagle, engines/base")
@@ -105,6 +112,8 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
             _write_plugin_record(tmp)
         if spec.served_draft:
             write_served_draft(spec.draft, spec.engine, tmp / SERVED_DRAFT_DIR)
+        if spec.served_base:
+            write_served_base(spec.base, tmp / SERVED_BASE_DIR)
         repo = tmp / "model_repository"
         write_model_repository(spec, repo, bundle_dir=out, options=serving)
         if spec.engine == "llmapi":

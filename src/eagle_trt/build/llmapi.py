@@ -82,7 +82,7 @@ def llmapi_options(spec: BuildSpec, speculative: bool = True) -> dict:
 def model_yaml(spec: BuildSpec, speculative: bool = True, decoupled: bool = True) -> dict:
     """Triton LLM-API model.yaml: `model` + LLM() arguments + `triton_config` (max_batch_size 0: that model does
     not batch; decoupled: streaming)."""
-    return {"model": str(spec.base.path)} | llmapi_options(spec, speculative) | {
+    return {"model": str(spec.engine_base_path)} | llmapi_options(spec, speculative) | {
         "triton_config": {"max_batch_size": 0, "decoupled": decoupled}}
 
 
@@ -99,6 +99,6 @@ def write_llmapi_config(spec: BuildSpec, path: Path, speculative: bool = True, d
     path.write_text("# TensorRT-LLM LLM-API model (PyTorch backend), written by eagle-trt\n"
                     + dump_yaml(model_yaml(spec, speculative, decoupled)), encoding="utf-8")
     (path.parent / SERVE_YAML).write_text(
-        f"# trtllm-serve {spec.base.path} --backend pytorch --extra_llm_api_options {SERVE_YAML}\n"
+        f"# trtllm-serve {spec.engine_base_path} --backend pytorch --extra_llm_api_options {SERVE_YAML}\n"
         + dump_yaml(llmapi_options(spec, speculative)), encoding="utf-8")
     return path

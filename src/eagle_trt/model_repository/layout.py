@@ -303,7 +303,7 @@ def _vllm(spec: BuildSpec) -> tuple[dict[str, dict], dict[str, object]]:
     configs, files = {}, {}
     for name in ENSEMBLES:
         configs[name] = {"name": name, "backend": "vllm", "instance_group": C.instance_group("KIND_MODEL", 1)}
-        model = {"model": str(spec.base.path), "dtype": spec.dtype, "max_model_len": spec.max_seq_len,
+        model = {"model": str(spec.engine_base_path), "dtype": spec.dtype, "max_model_len": spec.max_seq_len,
                  "tensor_parallel_size": spec.tp_size}
         if name == EAGLE_MODEL and spec.draft is not None:
             model["speculative_config"] = {
