@@ -65,6 +65,15 @@ def standard_capture_layers(num_layers: int) -> tuple[int, int, int]:
     return tuple(sorted((2, n // 2, n - 3) if n >= 4 else (0, n // 2, n - 1)))
 
 
+def one_layer_llama_config(dims, *, rms_norm_eps: float, rope_theta: float, max_position_embeddings: int,
+                           **extra) -> dict:
+    """config.json of a one-layer draft in SafeAILab's layout (a `LlamaForCausalLM` config) for `dims` (a LayerDims),
+    with the format's own keys in `extra`: what train-draft writes and what TensorRT-LLM's LLM API reads."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", **dims.dims(), "num_hidden_layers": 1,
+            "hidden_act": "silu", "max_position_embeddings": max_position_embeddings, "rms_norm_eps": rms_norm_eps,
+            "rope_theta": rope_theta, "tie_word_embeddings": False, **extra}
+
+
 def detect_layout(path: Path, names: set[str], cfg: dict) -> Layout:
     """Which published layout a draft directory is in, from its config keys and tensor names."""
     arch = (cfg.get("architectures") or [""])[0]
@@ -149,7 +158,7 @@ def read_draft(path: Path, cfg: dict, reader) -> dict:
     rope = read_rope(layer_cfg, cfg_file, max_pos)
     math = _layer_math(layout, layer_cfg, cfg, cfg_file, max_pos)
     fmt = layout.format
-    eagle3 = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     draft_vocab = None
     if fmt == "eagle3":
         draft_vocab = reader.shape("lm_head.weight")[0] if "lm_head.weight" in names else cfg.get("draft_vocab_size")
@@ -169,10 +178,10 @@ def read_draft(path: Path, cfg: dict, reader) -> dict:
         layer_prefix="midlayer." if any(n.startswith("midlayer.") for n in names) else "layers.0.",
         **math,
         norm_before_residual=bool(cfg.get("norm_before_residual", speculators)) if fmt == "eagle3" else False,
-        input_norm=fmt == "eagle3" and bool(cfg.get("norm_before_fc", eagle3.get("norm_before_fc", False))),
+        input_norm=fmt == "eagle3" and bool(cfg.get("norm_before_fc", eagle_cfg.get("norm_before_fc", False))),
         fc_norm=fmt == "eagle3" and bool(cfg.get("fc_norm", False)),
         norm_output=fmt == "eagle3" and bool(cfg.get("norm_output", False)),
-        final_norm=fmt == "eagle3" and bool(eagle3.get("use_last_layernorm", True)),
+        final_norm=fmt == "eagle3" and bool(eagle_cfg.get("use_last_layernorm", True)),
     )
 
 
@@ -193,13 +202,12 @@ def _layer_math(layout: Layout, layer_cfg: dict, cfg: dict, cfg_file: Path, max_
     return dict(qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm=False)  # SafeAILab-3/SpecForge/AngelSlim
 
 
-def engine_draft_problems(draft, engine: str | None) -> list[tuple[str, str]]:
-    """(message, hint) for each switch of this draft that `engine`'s own draft model does not compute (read at
-    TensorRT-LLM's `_torch/models/modeling_speculative.py` and its engine path's Llama EagleNet, and vLLM's
-    `llama_eagle.py` / `llama_eagle3.py`). Our pytorch engine computes them all."""
+def engine_draft_problems(draft, engine: str | None) -> list[str]:
+    """Each switch of this draft that `engine`'s own draft model does not compute (read at TensorRT-LLM's
+    `_torch/models/modeling_speculative.py` and its engine path's Llama EagleNet, and vLLM's `llama_eagle.py` /
+    `llama_eagle3.py`). Our pytorch engine computes them all."""
     if engine in (None, "pytorch"):
         return []
-    hint = "use --engine pytorch, which runs this draft as its writer defined it"
     missing = []
     if draft.qkv_bias or draft.o_bias:
         if engine == "trtllm" or (engine == "vllm" and draft.format == "eagle1"):
@@ -210,8 +218,7 @@ def engine_draft_problems(draft, engine: str | None) -> list[tuple[str, str]]:
         missing.append("norm_before_residual (TensorRT-LLM takes the layer's residual before hidden_norm)")
     if draft.input_norm and engine == "llmapi":
         missing.append("norm_before_fc (an RMSNorm over the captured states before fc)")
-    label = LAYOUTS[draft.layout].label if draft.layout in LAYOUTS else "this"
-    return [(f"the {engine} engine's draft model has no {what}, which this {label} draft uses", hint)
+    return [f"the {engine} engine's draft model has no {what}, which this {draft.layout_label} draft uses"
             for what in missing]
 
 

@@ -55,9 +55,6 @@ class Family:
     def refusal(self, engine: str) -> str | None:
         return self.engines.get(engine, f"the {engine} engine does not run {self.label} bases")
 
-    def engines_that_run(self) -> list[str]:
-        return [e for e in ENGINES if self.refusal(e) is None]
-
 
 _LLAMA_DEFAULTS = {"max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                    "attention_bias": False, "mlp_bias": False, "hidden_act": "silu"}
@@ -227,15 +224,3 @@ def read_architecture(cfg: dict, cfg_file: Path, family: Family, num_layers: int
     return Architecture(family=family.name, qkv_bias=qkv_bias, o_bias=o_bias, mlp_bias=mlp_bias,
                         qk_norm=family.qk_norm, sliding_window=window, sliding_layers=layers,
                         rope=read_rope(cfg, cfg_file, max_positions))
-
-
-def family_table() -> list[dict]:
-    """The table as data (README, `inspect`): family, what differs from Llama, and each engine's verdict."""
-    rows = []
-    for f in FAMILIES:
-        rows.append({"family": f.name, "label": f.label, "model_types": list(f.model_types),
-                     "architectures": list(f.architectures), "source": f.source,
-                     "qkv_bias": "always" if f.qkv_bias else ("config attention_bias" if f.qkv_bias is None else "no"),
-                     "qk_norm": f.qk_norm, "sliding": f.sliding,
-                     "engines": {e: f.refusal(e) for e in ENGINES}})
-    return rows

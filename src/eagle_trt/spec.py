@@ -24,7 +24,7 @@ from pathlib import Path
 from eagle_trt.checkpoints import find_weight_files, open_weights
 from eagle_trt.draft_layouts import LAYOUTS, engine_draft_problems, read_draft, standard_capture_layers
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, Architecture, Rope, family_of, read_architecture, require_int
+from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, family_of, read_architecture, require_int
 from eagle_trt.hub import hub_source, resolve_checkpoint
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
@@ -188,13 +188,6 @@ class ModelSpec(LayerDims):
         )
 
     @property
-    def shape(self) -> Architecture:
-        """The family's reading of the config, as the runtime and the converter take it."""
-        return Architecture(family=self.family, qkv_bias=self.qkv_bias, o_bias=self.o_bias, mlp_bias=self.mlp_bias,
-                            qk_norm=self.qk_norm, sliding_window=self.sliding_window,
-                            sliding_layers=self.sliding_layers, rope=Rope(self.rope_theta, self.rope_scaling))
-
-    @property
     def family_label(self) -> str:
         return FAMILY_BY_TYPE[self.family].label
 
@@ -310,7 +303,7 @@ def engine_refusals(base: ModelSpec, draft: DraftSpec | None, engine: str) -> li
         out.append("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path (EAGLE-1/2 only)")
     if engine == "llmapi" and draft.format == "eagle1":
         out.append("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only")
-    return out + [message for message, _ in engine_draft_problems(draft, engine)]
+    return out + engine_draft_problems(draft, engine)
 
 
 def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:

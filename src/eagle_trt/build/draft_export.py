@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from eagle_trt.checkpoints import open_weights
+from eagle_trt.draft_layouts import one_layer_llama_config
 from eagle_trt.spec import DraftSpec, read_config
 
 
@@ -26,13 +27,11 @@ def served_config(draft: DraftSpec, engine: str) -> dict:
             cfg["eagle_config"] = {k: v for k, v in cfg["eagle_config"].items()
                                    if k != "eagle_aux_hidden_state_layer_ids"}
         return cfg | {"eagle_aux_hidden_state_layer_ids": list(draft.capture_layers)}
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": draft.hidden_size,
-           "intermediate_size": draft.intermediate_size, "num_hidden_layers": 1,
-           "num_attention_heads": draft.num_attention_heads, "num_key_value_heads": draft.num_key_value_heads,
-           "head_dim": draft.head_dim, "hidden_act": "silu", "max_position_embeddings": draft.max_position_embeddings,
-           "rms_norm_eps": draft.rms_norm_eps, "rope_theta": draft.rope_theta, "rope_scaling": draft.rope_scaling,
-           "vocab_size": draft.vocab_size, "draft_vocab_size": draft.draft_vocab_size or draft.vocab_size,
-           "attention_bias": draft.qkv_bias, "mlp_bias": draft.mlp_bias, "tie_word_embeddings": False}
+    cfg = one_layer_llama_config(draft, rms_norm_eps=draft.rms_norm_eps, rope_theta=draft.rope_theta,
+                                 max_position_embeddings=draft.max_position_embeddings,
+                                 rope_scaling=draft.rope_scaling,
+                                 draft_vocab_size=draft.draft_vocab_size or draft.vocab_size,
+                                 attention_bias=draft.qkv_bias, mlp_bias=draft.mlp_bias)
     if draft.target_hidden_size:
         cfg["target_hidden_size"] = draft.target_hidden_size
     cfg |= {k: True for k in ("fc_norm", "norm_output") if getattr(draft, k)}

@@ -60,10 +60,9 @@ class DraftHead(nn.Module):
         """our parameter/buffer name -> the checkpoint's, for every tensor this head loads from the draft's files
         (its decoder layer under `layer_prefix`; the shared embedding and base head excluded)."""
         names = {}
+        shared = ("embed_tokens.", "lm_head.") if self.shares_head else ("embed_tokens.",)
         for name, _ in (*self.named_parameters(), *self.named_buffers()):
-            if name.startswith(("embed_tokens.", "lm_head.")) and self.shares_head:
-                continue
-            if name.startswith("embed_tokens."):
+            if name.startswith(shared):
                 continue
             names[name] = layer_prefix + name.split(".", 1)[1] if name.startswith(self.layer_module + ".") else name
         return names

@@ -185,9 +185,7 @@ def shape_problems(base: ModelSpec, draft: DraftSpec | None = None) -> list[Prob
 
 
 def _layout_name(what: str, spec) -> str:
-    if what == "base":
-        return f"{spec.family_label} model"
-    return "EAGLE-1/2 draft" if spec.format == "eagle1" else "EAGLE-3 draft"
+    return f"{spec.family_label} model" if what == "base" else f"{spec.layout_label} draft"
 
 
 def require_shapes(base: ModelSpec, draft: DraftSpec | None = None) -> None:

@@ -317,7 +317,8 @@ class Llama(nn.Module):
             if i in capture:
                 saved[i] = x
             x = layer.forward_segments(x, cos, sin, segments, i)
-        saved[len(self.layers)] = x  # what enters the final norm: capture index L (vLLM's last aux id)
+        if len(self.layers) in capture:
+            saved[len(self.layers)] = x  # what enters the final norm: capture index L (vLLM's last aux id)
         hidden = self.norm(x)
         logits = self.lm_head(hidden).float()
         captured = torch.cat([saved[i] for i in capture], dim=-1) if capture else None

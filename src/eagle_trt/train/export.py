@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from eagle_trt.draft_layouts import one_layer_llama_config
 from eagle_trt.fsutil import atomic_directory
 from eagle_trt.runtime.draft import Eagle1Draft, Eagle3Draft
 from eagle_trt.spec import ModelSpec
@@ -23,14 +24,9 @@ def eagle1_state_dict(draft: Eagle1Draft, dtype=torch.float16) -> dict[str, torc
 def _draft_config(base: ModelSpec, draft: Eagle1Draft | Eagle3Draft, record: dict, **extra) -> dict:
     """config.json of a trained one-layer draft (Llama keys), with the format's own keys in `extra`."""
     a = draft.args
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": a.hidden_size,
-        "intermediate_size": a.intermediate_size, "num_hidden_layers": 1, "num_attention_heads": a.num_attention_heads,
-        "num_key_value_heads": a.num_key_value_heads, "head_dim": a.head_dim, "hidden_act": "silu",
-        "max_position_embeddings": base.max_position_embeddings, "rms_norm_eps": a.rms_norm_eps,
-        "rope_theta": a.rope_theta, "vocab_size": a.vocab_size, **extra,
-        "torch_dtype": "float16", "tie_word_embeddings": False, "eagle_trt_training": record,
-    }
+    return one_layer_llama_config(a, rms_norm_eps=a.rms_norm_eps, rope_theta=a.rope_theta,
+                                  max_position_embeddings=base.max_position_embeddings, **extra,
+                                  torch_dtype="float16", eagle_trt_training=record)
 
 
 def eagle1_config(base: ModelSpec, draft: Eagle1Draft, record: dict) -> dict:
