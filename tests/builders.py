@@ -222,9 +222,9 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
     machine (and a renamed BuildSpec field breaks the tests that use it)."""
     import dataclasses
 
-    from eagle_trt.build_spec import BuildSpec
+    from eagle_trt.build_spec import BuildSpec, TrtllmLimits
     from eagle_trt.spec import DraftSpec, ModelSpec
-    from eagle_trt.tree import Tree
+    from eagle_trt.tree import Tree, TreeConfig, resolve
 
     dims = TinyDims()
     base = ModelSpec(path=base_path, architecture="LlamaForCausalLM", model_type="llama",
@@ -241,9 +241,12 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
         intermediate_size=dims.intermediate_size, vocab_size=384, draft_vocab_size=None, target_hidden_size=None,
         fc_in_features=2 * dims.hidden_size, has_fc_bias=False, has_embed_tokens=False, rms_norm_eps=1e-6,
         rope_theta=dims.rope_theta, num_hidden_layers=1, weight_format="safetensors")
-    spec = BuildSpec(base=base, draft=draft, engine=engine, tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]),
-                     runtime_tree="dynamic:5,8,48", dtype="float16", backend_version=backend_version,
-                     max_input_len=1024, max_seq_len=2048, num_eagle_layers=3)
+    static = TreeConfig("static", tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]))
+    tree = {"trtllm": static, "vllm": resolve("chain:3")}.get(engine, resolve("dynamic:5,8,48"))
+    spec = BuildSpec(base=base, draft=draft, engine=engine, tree=tree, dtype="float16",
+                     backend_version=backend_version, max_input_len=1024, max_seq_len=2048,
+                     trtllm=TrtllmLimits(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10)
+                     if engine == "trtllm" else None)
     return dataclasses.replace(spec, **changes)
 
 

@@ -8,7 +8,7 @@ import torch
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft
 from eagle_trt.runtime.engine import EagleEngine
 from eagle_trt.runtime.model import Llama, LlamaArgs
-from eagle_trt.tree import parse_tree_arg
+from eagle_trt.tree import resolve
 
 
 class OracleDraft(DraftHead):
@@ -62,4 +62,4 @@ def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) ->
                 if not name.startswith(("embed_tokens", "lm_head")):
                     p.normal_(0, 0.3)
         head.eval().requires_grad_(False)
-    return EagleEngine(base, head, None, parse_tree_arg(tree), "cpu", max_seq_len=64)
+    return EagleEngine(base, head, None, resolve(tree), "cpu", max_seq_len=64)

@@ -1,5 +1,7 @@
 """runtime.batching: several requests, one packed base forward per round; outputs equal each request run alone."""
 
+import json
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ from eagle_trt.runtime import EagleEngine
 from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
 from eagle_trt.runtime.batching import Batcher
 from eagle_trt.runtime.model import BaseCall
+from eagle_trt.tree import resolve
 
 PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
 
@@ -86,11 +89,12 @@ def test_cancel_frees_the_slot(int8_engine):
 
 def test_policy_parsing():
     policy = LoadPolicy.parse(" chain:2 ; chain:1;none ")
-    assert [policy.tree_for(b) for b in (1, 2, 3, 9)] == ["chain:2", "chain:1", "none", "none"]
+    assert [policy.tree_for(b) for b in (1, 2, 3, 9)] == [resolve("chain:2"), resolve("chain:1"), None, None]
     assert policy.to_arg() == "chain:2;chain:1;none"
+    assert LoadPolicy.from_list(json.loads(json.dumps(policy.to_list()))) == policy
     with pytest.raises(EagleTrtError, match="names no tree"):
         LoadPolicy.parse(" ; ")
     with pytest.raises(EagleTrtError, match="load policy 'chain:2;bogus:3'"):
         LoadPolicy.parse("chain:2;bogus:3")
-    assert resolve_load_policy("dynamic:3,2,4").startswith("dynamic:3,2,4;")
-    assert resolve_load_policy("chain:3", "chain:3;none") == "chain:3;none"
+    assert resolve_load_policy(resolve("dynamic:3,2,4")).to_arg().startswith("dynamic:3,2,4;")
+    assert resolve_load_policy(resolve("chain:3"), "chain:3;none").to_arg() == "chain:3;none"

@@ -21,7 +21,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import parse_tree_arg
+from eagle_trt.tree import resolve
 
 # Eagle3DecodingConfig / DecodingBaseConfig fields we may write (llm_args.py at fcd3f316); "decoding_type" selects it
 EAGLE3_FIELDS = {"decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model", "eagle_choices",
@@ -74,7 +74,7 @@ def test_layers_trtllm_cannot_name_are_refused():
                         "max_total_draft_tokens": 40}),
 ])
 def test_tree_mapping(arg, fields):
-    assert llmapi.tree_fields(parse_tree_arg(arg)) == fields
+    assert llmapi.tree_fields(resolve(arg)) == fields
     assert set(fields) <= EAGLE3_FIELDS
 
 
@@ -82,13 +82,13 @@ def test_tree_mapping(arg, fields):
 def test_dynamic_trees_trtllm_refuses(arg, tiny_base, eagle3_draft):
     """TensorRT-LLM's bounds with its max_draft_len = our DEPTH + 1: 6 <= T <= 48; 5 <= T; T <= 8."""
     with pytest.raises(EagleTrtError, match=r"DEPTH\+1 <= TOKENS <= TOPK x \(DEPTH\+1\)"):
-        llmapi.tree_fields(parse_tree_arg(arg))
-    with pytest.raises(EagleTrtError, match="runtime tree"):
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", runtime_tree=arg)
+        llmapi.tree_fields(resolve(arg))
+    with pytest.raises(EagleTrtError, match=r"tree: TensorRT-LLM's dynamic tree needs"):
+        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg)
 
 
 def test_yaml_round_trip_and_keys(tiny_base, eagle3_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", runtime_tree="static:eagle_default")
+    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="static:eagle_default")
     path = llmapi.write_llmapi_config(spec, tmp_path / "1" / "model.yaml")
     data = yaml.safe_load(path.read_text())
     assert data == llmapi.model_yaml(spec)  # the file is the dict, through a YAML library
@@ -96,7 +96,7 @@ def test_yaml_round_trip_and_keys(tiny_base, eagle3_draft, tmp_path):
                                                                                    "decoupled": True}
     sc = data["speculative_config"]
     assert set(sc) == {"decoding_type", "max_draft_len", "eagle_choices", "speculative_model"} <= EAGLE3_FIELDS
-    tree = spec.runtime_tree_config.tree
+    tree = spec.tree.tree
     assert sc["eagle_choices"] == tree.to_list() and sc["max_draft_len"] == tree.depth == 5
     serve = yaml.safe_load((tmp_path / "1" / llmapi.SERVE_YAML).read_text())
     assert serve["speculative_config"] == sc and "triton_config" not in serve and "model" not in serve

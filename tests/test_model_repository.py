@@ -25,10 +25,8 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 def fixed_spec(engine: str, backend_version: str = "1.2"):
-    """A real BuildSpec with fixed paths, so the golden files do not depend on the machine (vLLM drafts chains
-    only)."""
-    return fixed_build_spec(engine, backend_version=backend_version,
-                            **({"runtime_tree": "chain:3"} if engine == "vllm" else {}))
+    """A real BuildSpec with fixed paths, so the golden files do not depend on the machine."""
+    return fixed_build_spec(engine, backend_version=backend_version)
 
 
 def write_repo(engine: str, tmp_path: Path) -> Path:
@@ -254,7 +252,7 @@ def test_build_writes_a_bundle_and_refuses_to_overwrite(tiny_base, eagle1_draft,
     result = _build(args)
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "eagle_trt_spec.json").read_text())
-    assert saved["engine"] == "pytorch" and saved["runtime_tree"] == "chain:3" and saved["max_batch_size"] == 4
+    assert saved["engine"] == "pytorch" and saved["tree"] == {"kind": "chain", "choices": [[0], [0, 0], [0, 0, 0]]} and saved["max_batch_size"] == 4
     repo = out / "model_repository"
     assert {p.name for p in repo.iterdir()} >= {"eagle_model", "base_model", "preprocessing", "postprocessing",
                                                 "eagle_engine", "base_engine"}
@@ -340,13 +338,16 @@ def test_engine_threads_in_the_repository(tmp_path):
 def test_load_policy_in_the_repository(tmp_path):
     """The engine config records the load policy: auto = the runtime tree, then the measured tail; the base engine
     decodes plainly at every batch size; a bad policy is refused naming the tree."""
-    from eagle_trt.load_policy import AUTO_TAIL
+    from eagle_trt.load_policy import AUTO_TAIL, LoadPolicy
+    from eagle_trt.tree import TreeConfig, resolve
 
     repo = tmp_path / "repo"
     write_model_repository(fixed_spec("pytorch"), repo, bundle_dir=Path("/bundle"))
     params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
                      .parameters.items()} for name in ("eagle_engine", "base_engine")}
-    assert params["eagle_engine"]["load_policy"] == ";".join(("dynamic:5,8,48", *AUTO_TAIL))
-    assert params["base_engine"]["load_policy"] == "none"
+    eagle = LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"]))
+    assert eagle.to_arg() == ";".join(("dynamic:5,8,48", *AUTO_TAIL))
+    assert LoadPolicy.from_list(json.loads(params["base_engine"]["load_policy"])).trees == (None,)
+    assert TreeConfig.from_dict(json.loads(params["eagle_engine"]["tree"])) == eagle.trees[0] == resolve("dynamic:5,8,48")
     with pytest.raises(EagleTrtError, match="load policy 'chain:2;chain:x'"):
         ServingOptions(load_policy="chain:2;chain:x").validate()

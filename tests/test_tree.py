@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import MC_SIM_7B_63, Tree, ancestor_mask, pack_mask, parse_tree_arg, validate_for_trtllm
+from eagle_trt.tree import (DEFAULT_RUNTIME_TREE, MC_SIM_7B_63, Tree, TreeConfig, ancestor_mask, pack_mask, resolve,
+                            validate_for_trtllm)
 
 SMALL = [[0], [1], [0, 0], [0, 1]]
 
@@ -106,27 +107,29 @@ def test_validate_for_trtllm_lists_every_breach():
     assert "10 non-leaf nodes" in msg and "--max-non-leaves-per-layer 10" in msg
 
 
-def test_parse_tree_arg(tmp_path):
-    assert parse_tree_arg("chain:3").tree == Tree.chain(3)
-    assert parse_tree_arg("static:mc_sim_7b_63").tree.num_nodes == 63
+def test_resolve(tmp_path):
+    assert resolve("chain:3").tree == Tree.chain(3)
+    assert resolve("static:mc_sim_7b_63").tree.num_nodes == 63
     f = tmp_path / "tree.json"
     f.write_text(json.dumps(SMALL))
-    assert parse_tree_arg(f"static:{f}").tree == Tree.from_choices(SMALL)
-    assert parse_tree_arg("static:[[0],[0,0]]").tree.depth == 2
-    dyn = parse_tree_arg("dynamic:5,8,48")
+    assert resolve(f"static:{f}").tree == Tree.from_choices(SMALL)
+    assert resolve("static:[[0],[0,0]]").tree.depth == 2
+    dyn = resolve("dynamic:5,8,48")
     assert (dyn.kind, dyn.depth, dyn.top_k, dyn.total_tokens) == ("dynamic", 5, 8, 48)
-    for cfg in (dyn, parse_tree_arg("chain:3"), parse_tree_arg("static:eagle_default")):
-        assert parse_tree_arg(cfg.to_arg()) == cfg
+    for cfg in (dyn, resolve("chain:3"), resolve("static:eagle_default")):
+        assert resolve(cfg.to_arg()) == cfg
 
 
 @pytest.mark.parametrize("arg, words", [
-    ("chain", "invalid tree spec"), ("chain:x", "chain length"), ("chain:0", "positive"),
+    ("chain", "neither a named tree"), ("chain:x", "chain length"), ("chain:0", "positive"),
     ("static:nope", "neither a named tree nor an existing file"), ("dynamic:5,8", "three integers"),
-    ("dynamic:0,8,8", ">= 1"), ("dynamic:1,2,100", "at most"), ("beam:3", "unknown tree kind"),
+    ("dynamic:0,8,8", ">= 1"), ("dynamic:1,2,100", "at most"), ("beam:3", "neither a named tree"),
+    ("auto", "asks for tuning"), ("static:", "invalid tree spec"),
 ])
-def test_parse_tree_arg_errors(arg, words):
+def test_resolve_errors(arg, words):
+    """Every malformed --tree value is refused by the one resolver, naming what was wrong."""
     with pytest.raises(EagleTrtError, match=words):
-        parse_tree_arg(arg)
+        resolve(arg)
 
 
 def test_tree_file_errors(tmp_path):
@@ -136,3 +139,51 @@ def test_tree_file_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(EagleTrtError, match="not readable JSON"):
         Tree.from_file(bad)
+
+
+def test_resolve_reads_a_file_once_and_holds_its_choices(tmp_path, monkeypatch):
+    """`--tree my.json` means the file's choices wherever the result is used: a bare file name resolves against the
+    working directory at resolve time, and the stored form (to_dict, to_arg) carries the choices, not the name."""
+    (tmp_path / "my.json").write_text(json.dumps(SMALL))
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve("my.json")
+    assert cfg.kind == "static" and cfg.tree == Tree.from_choices(SMALL)
+    assert cfg.source == str(tmp_path / "my.json") and "my.json" in cfg.label()
+    monkeypatch.chdir("/")
+    assert "my.json" not in cfg.to_arg() and resolve(cfg.to_arg()) == cfg
+    stored = json.loads(json.dumps(cfg.to_dict()))
+    assert TreeConfig.from_dict(stored) == cfg and stored["choices"] == Tree.from_choices(SMALL).to_list()
+    assert resolve("eagle_default") == resolve("static:eagle_default")  # a bare name is a static tree
+
+
+@pytest.mark.parametrize("arg", ["chain:3", "dynamic:4,2,6", "static:eagle_default", "static:[[0],[1],[0,0]]"])
+def test_tree_config_round_trips_through_its_stored_form(arg):
+    cfg = resolve(arg)
+    back = TreeConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert back == cfg and back.max_draft_tokens == cfg.max_draft_tokens and back.to_arg() == cfg.to_arg()
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"kind": "chain", "choices": [[0], [1]]}, "a chain's choices"), ({"kind": "dynamic", "depth": 0, "top_k": 2,
+     "total_tokens": 2}, ">= 1"), ({"kind": "static", "choices": [[0, 0]]}, "no parent"), ({"kind": "beam"}, "not a stored"),
+    ("chain:3", "not a stored"),
+])
+def test_tree_config_from_dict_refuses_what_resolve_refuses(data, words):
+    with pytest.raises(EagleTrtError, match=words):
+        TreeConfig.from_dict(data)
+
+
+def test_resolve_per_engine():
+    """Each engine kind's default and its own rules: TensorRT-LLM engines static trees, vLLM chains, the LLM API
+    its dynamic-tree bounds."""
+    assert resolve(None, "pytorch") == resolve(DEFAULT_RUNTIME_TREE)
+    assert resolve(None, "trtllm").tree == Tree.named("mc_sim_7b_63")
+    assert resolve(None, "llmapi") == resolve(None, "vllm") == resolve("chain:3")
+    with pytest.raises(EagleTrtError, match="needs a static tree"):
+        resolve("dynamic:4,2,6", "trtllm")
+    with pytest.raises(EagleTrtError, match="chains only"):
+        resolve("eagle_default", "vllm")
+    with pytest.raises(EagleTrtError, match="DEPTH\\+1 <= TOKENS"):
+        resolve("dynamic:5,8,4", "llmapi")
+    cfg = resolve("dynamic:5,8,4")  # fine for our engine
+    assert resolve(cfg, "pytorch") is cfg

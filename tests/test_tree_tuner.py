@@ -11,7 +11,7 @@ from eagle_trt.perf.profile import ProfileConfig, format_table, profile_engine
 from eagle_trt.perf.tree_tuner import CostModel, best_static_tree, grow_tree, ranked_static_trees, static_step_ms
 from eagle_trt.runtime import EagleEngine
 from eagle_trt.runtime.drafting import DraftTree
-from eagle_trt.tree import parse_tree_arg
+from eagle_trt.tree import TreeConfig, resolve
 
 # p[d][r]: the draft's rank-r candidate is the base's token at depth d+1
 ACCEPT = [[0.6, 0.2, 0.1, 0.05], [0.5, 0.2, 0.1, 0.05], [0.5, 0.15, 0.1, 0.05], [0.4, 0.15, 0.1, 0.05]]
@@ -27,7 +27,7 @@ def test_grow_tree_takes_the_most_valuable_nodes():
 
 def test_flat_cost_gives_the_widest_tree_the_budget_allows():
     choice = best_static_tree(ACCEPT, FLAT, max_nodes=20)
-    cfg = parse_tree_arg(choice.arg)
+    cfg = resolve(choice.arg)
     assert cfg.tree.num_nodes == 20
     assert choice.speedup == pytest.approx(choice.accepted_length)  # a verify costs what a decode step costs
 
@@ -48,7 +48,7 @@ def test_ranked_static_trees_are_distinct_and_fastest_first():
 
 def test_step_cost_counts_verify_topk_and_draft_forwards():
     cost = CostModel(verify={1: 10.0, 8: 17.0}, draft={1: 1.0, 8: 8.0}, topk={1: 0.5, 8: 4.0}, overhead=2.0)
-    tree = parse_tree_arg("static:[[0],[1],[0,0],[0,0,0]]").tree
+    tree = resolve("static:[[0],[1],[0,0],[0,0,0]]").tree
     # verify 5 tokens (interpolated 14) + overhead 2 + update forward over 2 accepted (2)
     # depth 1: top-k of 1 parent; forward over [0] (1 row) | depth 2: top-k 1, forward over [0,0] | depth 3: top-k 1
     assert static_step_ms(tree, cost, 2.0) == pytest.approx(14 + 2 + 2 + 3 * 0.5 + 2 * 1.0)
@@ -95,7 +95,7 @@ def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkey
     monkeypatch.setenv("EAGLE_TRT_CACHE", str(tmp_path))
     req = TuneRequest(tiny_base, eagle1_draft, dtype="int8", prompts=2, max_tokens=6, max_nodes=8)
     first = tune(req)
-    parse_tree_arg(first["chosen"]["tree"])  # a valid --tree value
+    resolve(first["chosen"]["tree"])  # a valid --tree value
     assert first["chosen"]["predicted_tok_per_s"] > 0 and len(first["acceptance"]) == 6
     measured = {c["tree"]: c["measured_tok_per_s"] for c in first["candidates"]}
     assert len(measured) in (8, 9) and min(measured.values()) > 0  # 3 static picks (+ a chain), 5 dynamic trees
@@ -118,8 +118,8 @@ def test_build_defaults_to_the_tuned_tree_and_records_it(tiny_base, eagle1_draft
                                        str(out), "--engine", "pytorch", "--dtype", "int8", "--max-seq-len", "512"])
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "eagle_trt_spec.json").read_text())
-    assert saved["dtype"] == "int8" and saved["runtime_tree"] == saved["tree_tuning"]["tree"]
+    assert saved["dtype"] == "int8" and resolve(saved["tree_tuning"]["tree"]) == TreeConfig.from_dict(saved["tree"])
     assert saved["tree_tuning"]["predicted_tok_per_s"] > 0 and saved["tree_tuning"]["dtype"] == "int8"
     engine = C.parse((out / "model_repository" / "eagle_engine" / "config.pbtxt").read_text())
-    assert engine.parameters["tree"].string_value == saved["runtime_tree"]
+    assert json.loads(engine.parameters["tree"].string_value) == saved["tree"]
     assert engine.parameters["dtype"].string_value == "int8"

@@ -1,9 +1,11 @@
 """BuildSpec: every value a bundle is built from, validated once and saved as OUT/eagle_trt_spec.json.
 
-`eagle-trt build` creates it with `BuildSpec.create(base_dir, draft_dir, **options)`; every later step (checkpoint
-conversion, trtllm-build, the Triton model repository, the perf harness, the python engine model at serve time)
-reads the saved spec instead of re-deriving anything, so max_batch_size, max_draft_len, the tree, dtype and paths
-cannot disagree between engines and configs. Variants are made with `dataclasses.replace`, never by mutation.
+`eagle-trt build` creates it with `BuildSpec.create(base_dir, draft_dir, **options)`; every build step
+(checkpoint conversion, trtllm-build, the Triton model repository, the perf harness) reads this one object, so
+max_batch_size, the tree, dtype and paths cannot disagree between engines and configs. The tree is stored resolved
+(`tree.resolve`: a static tree's choices inline), so it means the same wherever the bundle is read. At serve time
+the python engine model reads the values the repository's config.pbtxt carries (model_repository/layout.py), and
+the perf harness reads the saved spec. Variants are made with `dataclasses.replace`, never by mutation.
 """
 
 from __future__ import annotations
@@ -17,33 +19,59 @@ from eagle_trt import __version__
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import (DEFAULT_RUNTIME_TREE, MAX_DRAFT_TOKENS, Tree, TreeConfig, parse_tree_arg,
-                            validate_for_llmapi, validate_for_trtllm)
+from eagle_trt.tree import MAX_DRAFT_TOKENS, TreeConfig, resolve, validate_for_trtllm
 
 SPEC_FILE = "eagle_trt_spec.json"
 DTYPES = PRECISIONS
-DEFAULT_TREE = "mc_sim_7b_63"
-DEFAULT_LLMAPI_TREE = "chain:3"  # TensorRT-LLM's EAGLE-3 examples; its static trees are deprecated (llm_args.py)
+
+
+@dataclass(frozen=True)
+class TrtllmLimits:
+    """The EAGLE sizes a TensorRT-LLM engine is built with (its checkpoint's config.json; trtllm-build's names):
+    draft tokens per step, EagleNets (= the tree's depth) and non-leaf nodes per depth. Only trtllm bundles have
+    them; the defaults come from the bundle's tree."""
+
+    max_draft_len: int
+    num_eagle_layers: int
+    max_non_leaves_per_layer: int
+
+    @classmethod
+    def of(cls, tree: TreeConfig, max_draft_len: int | None = None, num_eagle_layers: int | None = None,
+           max_non_leaves_per_layer: int | None = None) -> TrtllmLimits:
+        return cls(tree.tree.num_nodes if max_draft_len is None else max_draft_len,
+                   tree.tree.depth if num_eagle_layers is None else num_eagle_layers,
+                   max(tree.tree.non_leaves_per_depth()) if max_non_leaves_per_layer is None
+                   else max_non_leaves_per_layer)
+
+    def problems(self, tree: TreeConfig) -> list[str]:
+        found = [f"{name} must be a positive integer, got {value!r}" for name, value in vars(self).items()
+                 if not isinstance(value, int) or value < 1]
+        if found:
+            return found
+        if self.max_draft_len > MAX_DRAFT_TOKENS:
+            found.append(f"max_draft_len {self.max_draft_len} > {MAX_DRAFT_TOKENS} (TRT-LLM's limit)")
+        try:
+            validate_for_trtllm(tree.tree, self.num_eagle_layers, self.max_draft_len, self.max_non_leaves_per_layer)
+        except EagleTrtError as exc:
+            found.append(exc.message)
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildSpec:
-    """What a bundle is built from. Sizes follow trtllm-build's names (research/trtllm_eagle.md §C.1)."""
+    """What a bundle is built from. Sizes follow trtllm-build's names (its --max_batch_size, --max_input_len, ...)."""
 
     base: ModelSpec
     draft: DraftSpec | None
     engine: str
-    tree: Tree  # static tree of the TRT-LLM engine (eagle_choices)
-    runtime_tree: str  # --tree value for the pytorch engine (chain:N | static:... | dynamic:D,K,T)
+    tree: TreeConfig  # the tree eagle_model drafts with, resolved for this engine (tree.resolve)
     dtype: str
     tp_size: int = 1
     max_batch_size: int = 8
     max_input_len: int = 4096
     max_seq_len: int = 8192
     max_num_tokens: int = 8192
-    max_draft_len: int = 63
-    num_eagle_layers: int = 4
-    max_non_leaves_per_layer: int = 10
+    trtllm: TrtllmLimits | None = None  # engine trtllm only
     device: str = "cpu"
     chat_template: bool = True
     backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
@@ -67,18 +95,26 @@ class BuildSpec:
 
     @classmethod
     def from_specs(cls, base: ModelSpec, draft: DraftSpec | None, *, engine: str,
-                   tree: str | Tree = DEFAULT_TREE, runtime_tree: str | None = None, dtype: str = "auto",
+                   tree: str | TreeConfig | None = None, dtype: str = "auto",
                    tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
                    max_seq_len: int | None = None, max_num_tokens: int | None = None,
                    max_draft_len: int | None = None, num_eagle_layers: int | None = None,
                    max_non_leaves_per_layer: int | None = None, device: str = "cpu", chat_template: bool = True,
                    backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
                    tree_tuning: dict | None = None) -> BuildSpec:
-        """Fill defaults from the tree and the base, and validate everything (`validate`)."""
+        """Resolve the tree for the engine (None: its default), fill defaults from the tree and the base, and
+        validate everything (`validate`). The max_draft_len group applies to engine trtllm only."""
         if engine not in ENGINES:
             raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
-        static = tree if isinstance(tree, Tree) else _static_tree(tree)
-        runtime_tree = runtime_tree or (DEFAULT_LLMAPI_TREE if engine in ("llmapi", "vllm") else DEFAULT_RUNTIME_TREE)
+        try:
+            tree = resolve(tree, engine)
+        except EagleTrtError as exc:
+            raise EagleTrtError(f"invalid build settings: tree: {exc.message}", exc.hint) from None
+        limits = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)
+        if engine != "trtllm" and any(v is not None for v in limits):
+            raise EagleTrtError(f"max_draft_len, num_eagle_layers and max_non_leaves_per_layer size TensorRT-LLM "
+                                f"engines; engine {engine} takes its sizes from the tree ({tree.label()})",
+                                "drop them, or build with --engine trtllm")
         if dtype == "auto":
             dtype = auto_dtype(base.torch_dtype, engine, device)
         if max_seq_len is None:  # None means "from the base"; 0 or less is refused by validate(), never defaulted
@@ -86,13 +122,10 @@ class BuildSpec:
         if max_input_len is None:
             max_input_len = max(1, min(4096, max_seq_len // 2))
         spec = cls(
-            base=base, draft=draft, engine=engine, tree=static, runtime_tree=runtime_tree, dtype=dtype,
+            base=base, draft=draft, engine=engine, tree=tree, dtype=dtype,
             tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
             max_num_tokens=8192 if max_num_tokens is None else max_num_tokens,
-            max_draft_len=max_draft_len if max_draft_len is not None else static.num_nodes,
-            num_eagle_layers=num_eagle_layers if num_eagle_layers is not None else static.depth,
-            max_non_leaves_per_layer=(max_non_leaves_per_layer if max_non_leaves_per_layer is not None
-                                      else max(static.non_leaves_per_depth())),
+            trtllm=TrtllmLimits.of(tree, *limits) if engine == "trtllm" else None,
             device=device, chat_template=chat_template, backend_version=backend_version, draft_vocab=draft_vocab,
             tree_tuning=tree_tuning,
         )
@@ -110,8 +143,7 @@ class BuildSpec:
             problems.append(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)} (or auto)")
         if self.device not in ("cpu", "cuda"):
             problems.append(f"device {self.device!r} is not cpu or cuda")
-        for name in ("tp_size", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens",
-                     "max_draft_len", "num_eagle_layers", "max_non_leaves_per_layer"):
+        for name in ("tp_size", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if problems:
@@ -122,8 +154,6 @@ class BuildSpec:
         if self.max_seq_len > self.base.max_position_embeddings:
             problems.append(f"max_seq_len {self.max_seq_len} > the base's max_position_embeddings "
                             f"{self.base.max_position_embeddings}")
-        if self.max_draft_len > MAX_DRAFT_TOKENS:
-            problems.append(f"max_draft_len {self.max_draft_len} > {MAX_DRAFT_TOKENS} (TRT-LLM's limit)")
         if self.max_batch_size > 512:
             problems.append(f"max_batch_size {self.max_batch_size} > 512 (TRT-LLM's limit)")
         if self.tp_size > 1:
@@ -143,22 +173,17 @@ class BuildSpec:
         if self.draft_vocab is not None and (not isinstance(self.draft_vocab, int) or self.draft_vocab < 0):
             problems.append(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
         try:
-            runtime = parse_tree_arg(self.runtime_tree)
-            if self.engine == "llmapi":
-                validate_for_llmapi(runtime)
-            if self.engine == "vllm" and self.draft is not None and runtime.kind != "chain":
-                problems.append(f"vLLM drafts chains only (its tree attention was removed), got --tree "
-                                f"{self.runtime_tree}: pass --tree chain:N")
+            resolve(self.tree, self.engine)
         except EagleTrtError as exc:
-            problems.append(f"runtime tree: {exc.message}")
+            problems.append(f"tree: {exc.message}")
+        if (self.engine == "trtllm") != (self.trtllm is not None):
+            problems.append(f"engine {self.engine} {'needs' if self.engine == 'trtllm' else 'takes no'} TensorRT-LLM "
+                            "engine sizes (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)")
+        elif self.trtllm is not None:
+            problems += self.trtllm.problems(self.tree)
         if self.engine == "trtllm":
             try:
                 parse_backend_version(self.backend_version)
-            except EagleTrtError as exc:
-                problems.append(exc.message)
-            try:
-                validate_for_trtllm(self.tree, self.num_eagle_layers, self.max_draft_len,
-                                    self.max_non_leaves_per_layer)
             except EagleTrtError as exc:
                 problems.append(exc.message)
         if problems:
@@ -166,10 +191,6 @@ class BuildSpec:
                                 "change the options named above (see `eagle-trt build --help`)")
 
     # ---- derived values -----------------------------------------------------------------------------------------
-    @property
-    def runtime_tree_config(self) -> TreeConfig:
-        return parse_tree_arg(self.runtime_tree)
-
     @property
     def engine_base_path(self) -> Path:
         """The base directory an engine that reads Hugging Face configs itself is given."""
@@ -197,7 +218,8 @@ class BuildSpec:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["base"] = _spec_to_dict(self.base)
         data["draft"] = _spec_to_dict(self.draft) if self.draft is not None else None
-        data["tree"] = self.tree.to_list()
+        data["tree"] = self.tree.to_dict()
+        data["trtllm"] = dataclasses.asdict(self.trtllm) if self.trtllm is not None else None
         return data
 
     @classmethod
@@ -210,7 +232,9 @@ class BuildSpec:
                                 "the bundle was written by another eagle-trt version; rebuild it")
         data["base"] = _spec_from_dict(ModelSpec, data["base"])
         data["draft"] = _spec_from_dict(DraftSpec, data["draft"]) if data.get("draft") else None
-        data["tree"] = Tree.from_choices(data["tree"], source="eagle_trt_spec.json tree")
+        data["tree"] = TreeConfig.from_dict(data.get("tree"), where=f"{SPEC_FILE} tree")
+        if data.get("trtllm") is not None:
+            data["trtllm"] = TrtllmLimits(**data["trtllm"])
         return cls(**data)
 
     def save(self, path: str | Path) -> Path:
@@ -235,17 +259,6 @@ class BuildSpec:
         except (OSError, json.JSONDecodeError) as exc:
             raise EagleTrtError(f"cannot read the build spec {path}: {exc}", "rebuild the bundle") from None
         return cls.from_dict(data)
-
-
-def _static_tree(value: str) -> Tree:
-    """A --tree value for the static TRT-LLM tree: a name, a JSON file, inline JSON, or chain:N."""
-    if value.startswith(("static:", "chain:")):
-        cfg = parse_tree_arg(value)
-        return cfg.tree
-    if value.startswith("dynamic:"):
-        raise EagleTrtError(f"the TRT-LLM engine needs a static tree, got {value!r}",
-                            "pass a named tree, a JSON file or chain:N (dynamic trees are a runtime option)")
-    return parse_tree_arg("static:" + value).tree
 
 
 def auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:

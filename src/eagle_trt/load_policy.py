@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import parse_tree_arg
+from eagle_trt.tree import AUTO, TreeConfig, resolve
 
 PLAIN = "none"  # the policy entry for plain decoding
-AUTO = "auto"
 # batches 2..8 chain:2, larger chain:1. Measured (docs/results/2026-11-24-serving/batch_policy.json, 1 thread, SmolLM2
 # int8): aggregate tok/s chain:2 / plain = 50.5/35.4 at batch 1, 79.5/55.6 at 2, 72.0/63.6 at 4, 71.5/67.3 at 8
 AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
@@ -23,33 +22,47 @@ AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
 
 @dataclass(frozen=True)
 class LoadPolicy:
-    """trees[i]: the tree of a request that starts with i+1 requests running (itself included)."""
+    """trees[i]: the tree of a request that starts with i+1 requests running (itself included); None: plain."""
 
-    trees: tuple[str, ...]
+    trees: tuple[TreeConfig | None, ...]
 
     @classmethod
     def parse(cls, value: str) -> LoadPolicy:
-        trees = tuple(t.strip() for t in str(value).split(";") if t.strip())
-        if not trees:
+        """From the text users write: --tree values (or `none`) separated by ';'."""
+        entries = [t.strip() for t in str(value).split(";") if t.strip()]
+        if not entries:
             raise EagleTrtError(f"load policy {value!r} names no tree",
                                 "pass trees by batch size separated by ';', e.g. dynamic:3,2,4;chain:2;none")
-        for tree in trees:
-            if tree != PLAIN:
-                try:
-                    parse_tree_arg(tree)
-                except EagleTrtError as exc:
-                    raise EagleTrtError(f"load policy {value!r}: {exc.message}", exc.hint) from None
-        return cls(trees)
+        trees = []
+        for entry in entries:
+            try:
+                trees.append(None if entry == PLAIN else resolve(entry))
+            except EagleTrtError as exc:
+                raise EagleTrtError(f"load policy {value!r}: {exc.message}", exc.hint) from None
+        return cls(tuple(trees))
 
-    def tree_for(self, batch: int) -> str:
+    @classmethod
+    def auto(cls, tree: TreeConfig) -> LoadPolicy:
+        """The bundle's tree at batch 1, then AUTO_TAIL."""
+        return cls((tree, *(resolve(t) for t in AUTO_TAIL)))
+
+    def tree_for(self, batch: int) -> TreeConfig | None:
         return self.trees[min(max(batch, 1), len(self.trees)) - 1]
 
     def to_arg(self) -> str:
-        return ";".join(self.trees)
+        return ";".join(PLAIN if t is None else t.to_arg() for t in self.trees)
+
+    def to_list(self) -> list[dict | None]:
+        """What the engine model's config stores (read back by `from_list`, no text parsed)."""
+        return [None if t is None else t.to_dict() for t in self.trees]
+
+    @classmethod
+    def from_list(cls, data: list) -> LoadPolicy:
+        if not isinstance(data, list) or not data:
+            raise EagleTrtError(f"not a stored load policy: {data!r}", "rebuild the bundle")
+        return cls(tuple(None if t is None else TreeConfig.from_dict(t, where="load policy") for t in data))
 
 
-def resolve_load_policy(runtime_tree: str, value: str = AUTO) -> str:
-    """The policy string a bundle records: `value` checked, or (auto) the runtime tree then AUTO_TAIL."""
-    if value == AUTO:
-        return LoadPolicy((runtime_tree, *AUTO_TAIL)).to_arg()
-    return LoadPolicy.parse(value).to_arg()
+def resolve_load_policy(tree: TreeConfig, value: str = AUTO) -> LoadPolicy:
+    """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL."""
+    return LoadPolicy.auto(tree) if value == AUTO else LoadPolicy.parse(value)

@@ -28,7 +28,7 @@ The packed mask is TRT-LLM's ``spec_decoding_packed_mask`` layout: int32 words, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -58,7 +58,7 @@ NAMED_TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "eagle_default": EAGLE_DEFAULT}
 # Checked on the numbers of a --tree value before any structure is built (a chain of N nodes holds N^2/2 ranks).
 MAX_DRAFT_TOKENS = 256
 MAX_TREE_FILE_BYTES = 1 << 20
-TREE_ARG_HELP = "chain:N | static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
+TREE_ARG_HELP = "chain:N | NAME|FILE|static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
 
 
 @dataclass(frozen=True)
@@ -234,33 +234,97 @@ def validate_for_llmapi(cfg: TreeConfig) -> None:
 
 @dataclass(frozen=True)
 class TreeConfig:
-    """How the runtime drafts: a static tree (`kind` "static" or "chain") or an EAGLE-2 dynamic tree."""
+    """How a request drafts: a static tree (`kind` "static" or "chain") or an EAGLE-2 dynamic tree. Self-contained:
+    a static tree holds its choices, whatever named or held them (`source`, for messages only)."""
 
     kind: str  # "chain" | "static" | "dynamic"
     tree: Tree | None = None
     depth: int = 0
     top_k: int = 0
     total_tokens: int = 0  # draft nodes selected per step (root excluded)
+    source: str = field(default="", compare=False)  # the name or file a static tree came from
 
     def to_arg(self) -> str:
+        """The --tree value that resolves to this config anywhere (static choices inline)."""
         if self.kind == "dynamic":
             return f"dynamic:{self.depth},{self.top_k},{self.total_tokens}"
         if self.kind == "chain":
             return f"chain:{self.tree.num_nodes}"
         return "static:" + json.dumps(self.tree.to_list(), separators=(",", ":"))
 
+    def label(self) -> str:
+        """Short name for tables and logs: the --tree value, or a static tree's source and size."""
+        if self.kind == "static":
+            return f"static:{self.source or 'inline'} ({self.tree.num_nodes} nodes, depth {self.tree.depth})"
+        return self.to_arg()
+
     @property
     def max_draft_tokens(self) -> int:
         return self.total_tokens if self.kind == "dynamic" else self.tree.num_nodes
 
+    def to_dict(self) -> dict:
+        """What a bundle stores (eagle_trt_spec.json, the engine model's config): no text to parse again."""
+        if self.kind == "dynamic":
+            return {"kind": "dynamic", "depth": self.depth, "top_k": self.top_k, "total_tokens": self.total_tokens}
+        return {"kind": self.kind, "choices": self.tree.to_list()} | ({"source": self.source} if self.source else {})
 
-def parse_tree_arg(arg: str) -> TreeConfig:
-    """Parse a --tree value: ``chain:N``, ``static:NAME``, ``static:FILE``, ``static:[[0],[0,0]]`` or
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "tree") -> TreeConfig:
+        """Inverse of `to_dict`, validated as a --tree value is."""
+        kind = data.get("kind") if isinstance(data, dict) else None
+        try:
+            if kind == "dynamic":
+                return _dynamic(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"]), where)
+            if kind in ("chain", "static"):
+                tree = Tree.from_choices(data["choices"], source=where)
+                if kind == "chain" and tree != Tree.chain(tree.num_nodes):
+                    raise EagleTrtError(f"{where}: a chain's choices must be [[0], [0, 0], ...]", "rebuild the bundle")
+                return cls(kind, tree=tree, source=str(data.get("source", "")))
+        except (KeyError, TypeError, ValueError):
+            pass
+        raise EagleTrtError(f"{where}: not a stored tree: {data!r}",
+                            "the bundle was written by another eagle-trt version; rebuild it")
+
+
+# The tree each engine kind drafts with when --tree is not given: ours EAGLE-2's shape; TensorRT-LLM's engine its
+# mc_sim_7b_63 default; the LLM API and vLLM a chain of 3 (TensorRT-LLM's EAGLE-3 examples; its static trees are
+# deprecated in llm_args.py, and vLLM drafts chains only).
+DEFAULT_TREES = {"pytorch": DEFAULT_RUNTIME_TREE, "trtllm": "static:mc_sim_7b_63", "llmapi": "chain:3",
+                 "vllm": "chain:3"}
+AUTO = "auto"  # a --tree value that asks for tuning (eagle_trt.perf.calibrate), never resolved here
+
+
+def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConfig:
+    """The one reading of a --tree value, for the engine kind that will draft with it. Values: ``chain:N``;
     ``dynamic:DEPTH,TOPK,TOKENS`` (EAGLE-2: the root's TOPK children, then DEPTH expansions of the TOPK best
     frontier nodes by TOPK children each, keep the TOKENS best draft nodes: up to DEPTH+1 levels; EAGLE's
-    depth=DEPTH, top_k=TOPK, total_token=TOKENS+1)."""
-    kind, sep, value = str(arg).partition(":")
-    if not sep or not value:
+    depth=DEPTH, top_k=TOPK, total_token=TOKENS+1); ``static:X`` or plain ``X`` with X a named tree, inline JSON
+    choices or a JSON file (read now: the result holds its choices, so it means the same from any directory);
+    None: the engine's default (DEFAULT_TREES). The engine's own rules are checked here: TensorRT-LLM's engine
+    takes static trees, vLLM chains, the LLM API dynamic trees within its bounds."""
+    if value is None:
+        value = DEFAULT_TREES.get(engine, DEFAULT_RUNTIME_TREE)
+    cfg = value if isinstance(value, TreeConfig) else _parse(str(value))
+    if engine == "trtllm" and cfg.kind == "dynamic":
+        raise EagleTrtError(f"the TensorRT-LLM engine (trtllm-build) needs a static tree, got {cfg.to_arg()}",
+                            "pass a named tree, a JSON file or chain:N; dynamic trees run on --engine pytorch or "
+                            "llmapi")
+    if engine == "vllm" and cfg.kind != "chain":
+        raise EagleTrtError(f"vLLM drafts chains only (its tree attention was removed), got --tree {cfg.label()}: "
+                            "pass chain:N", "pass --tree chain:N, e.g. chain:3")
+    if engine == "llmapi":
+        validate_for_llmapi(cfg)
+    return cfg
+
+
+def _parse(arg: str) -> TreeConfig:
+    if arg == AUTO:
+        raise EagleTrtError("--tree auto asks for tuning, which this step does not do",
+                            "tune first (eagle-trt build/bench tune it) or pass a tree such as chain:3")
+    kind, sep, value = arg.partition(":")
+    if not sep or kind not in ("chain", "static", "dynamic"):
+        kind, value = "static", arg  # a name, a file or inline JSON
+    if not value:
         raise EagleTrtError(f"invalid tree spec {arg!r}", f"use {TREE_ARG_HELP}")
     if kind == "chain":
         try:
@@ -268,30 +332,35 @@ def parse_tree_arg(arg: str) -> TreeConfig:
         except ValueError:
             raise EagleTrtError(f"invalid chain length in {arg!r}", "use chain:N with N >= 1, e.g. chain:4") from None
         return TreeConfig("chain", tree=Tree.chain(n))
-    if kind == "static":
-        if value in NAMED_TREES:
-            return TreeConfig("static", tree=Tree.named(value))
-        if value.lstrip().startswith("["):
-            try:
-                return TreeConfig("static", tree=Tree.from_choices(json.loads(value), source=arg))
-            except json.JSONDecodeError:
-                raise EagleTrtError(f"invalid inline tree in {arg!r}", "write static:[[0],[1],[0,0]]") from None
-        if not Path(value).exists():
-            raise EagleTrtError(f"unknown tree {value!r} in {arg!r}: neither a named tree nor an existing file",
-                                f"named trees: {', '.join(sorted(NAMED_TREES))}; or a JSON file of paths")
-        return TreeConfig("static", tree=Tree.from_file(value))
     if kind == "dynamic":
         try:
             depth, top_k, total = (int(x) for x in value.split(","))
         except ValueError:
             raise EagleTrtError(f"invalid dynamic tree spec {arg!r}",
                                 "use dynamic:DEPTH,TOPK,TOKENS with three integers, e.g. dynamic:5,8,48") from None
-        if depth < 1 or top_k < 1 or total < 1:
-            raise EagleTrtError(f"dynamic tree values must be >= 1, got {arg!r}", "e.g. dynamic:5,8,48")
-        for what, number in (("DEPTH", depth), ("TOPK", top_k), ("TOKENS", total)):
-            check_draft_tokens(number, f"{what} of {arg}")
-        if total > top_k + depth * top_k * top_k:
-            raise EagleTrtError(f"dynamic tree {arg!r} asks for {total} tokens but can draft at most "
-                                f"{top_k + depth * top_k * top_k}", "lower TOKENS or raise DEPTH/TOPK")
-        return TreeConfig("dynamic", depth=depth, top_k=top_k, total_tokens=total)
-    raise EagleTrtError(f"unknown tree kind {kind!r} in {arg!r}", f"use {TREE_ARG_HELP}")
+        return _dynamic(depth, top_k, total, arg)
+    if value in NAMED_TREES:
+        return TreeConfig("static", tree=Tree.named(value), source=value)
+    if value.lstrip().startswith("["):
+        try:
+            return TreeConfig("static", tree=Tree.from_choices(json.loads(value), source=arg))
+        except json.JSONDecodeError:
+            raise EagleTrtError(f"invalid inline tree in {arg!r}", "write static:[[0],[1],[0,0]]") from None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise EagleTrtError(f"unknown tree {value!r} in {arg!r}: neither a named tree nor an existing file "
+                            f"(looked for {path.absolute()})",
+                            f"named trees: {', '.join(sorted(NAMED_TREES))}; or a JSON file of paths; {TREE_ARG_HELP}")
+    return TreeConfig("static", tree=Tree.from_file(path), source=str(path.absolute()))
+
+
+def _dynamic(depth: int, top_k: int, total: int, what: str) -> TreeConfig:
+    arg = f"dynamic:{depth},{top_k},{total}"
+    if depth < 1 or top_k < 1 or total < 1:
+        raise EagleTrtError(f"dynamic tree values must be >= 1, got {what!r}", "e.g. dynamic:5,8,48")
+    for name, number in (("DEPTH", depth), ("TOPK", top_k), ("TOKENS", total)):
+        check_draft_tokens(number, f"{name} of {arg}")
+    if total > top_k + depth * top_k * top_k:
+        raise EagleTrtError(f"dynamic tree {arg!r} asks for {total} tokens but can draft at most "
+                            f"{top_k + depth * top_k * top_k}", "lower TOKENS or raise DEPTH/TOPK")
+    return TreeConfig("dynamic", depth=depth, top_k=top_k, total_tokens=total)

@@ -11,6 +11,7 @@ renamed at the end; an interrupted run (Ctrl-C, SIGTERM) leaves no checkpoint be
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -61,8 +62,7 @@ def checkpoint_config(spec: BuildSpec, speculative: bool = True) -> dict:
                    base.max_position_embeddings, base.rope_theta, scaling, base.rms_norm_eps)
     if draft is None:
         return cfg
-    cfg |= {"max_draft_len": spec.max_draft_len, "num_eagle_layers": spec.num_eagle_layers,
-            "max_non_leaves_per_layer": spec.max_non_leaves_per_layer}
+    cfg |= dataclasses.asdict(spec.trtllm)  # max_draft_len, num_eagle_layers, max_non_leaves_per_layer
     # rope settings come from the base and are reused for the EagleNets (convert_checkpoint.py)
     cfg["eagle_net_config"] = {"architecture": "LlamaForCausalLM"} | _common(
         spec.dtype, spec.tp_size, 1, draft.num_attention_heads, draft.num_key_value_heads, draft.hidden_size,
@@ -97,7 +97,7 @@ def tensor_plans(spec: BuildSpec, speculative: bool, base_names: set[str]) -> li
                                      input_norm=False), "draft:")
     per_net.append(TensorPlan("lm_head.weight", (head_src,), "vocab_rows", (vpad // tp, h)))
     for p in per_net:  # copies of one tensor are adjacent, so its source is read once per rank
-        for k in range(spec.num_eagle_layers):
+        for k in range(spec.trtllm.num_eagle_layers):
             plans.append(TensorPlan(f"eagle_nets.{k}.{p.trt_name}", p.sources, p.split, p.shape))
     return plans
 

@@ -61,7 +61,7 @@ def tree_fields(cfg: TreeConfig) -> dict:
 
 
 def speculative_config(spec: BuildSpec) -> dict:
-    config = {"decoding_type": "Eagle3"} | tree_fields(spec.runtime_tree_config)
+    config = {"decoding_type": "Eagle3"} | tree_fields(spec.tree)
     config["speculative_model"] = str(spec.engine_draft_path)
     capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
     if capture is not None:

@@ -47,7 +47,7 @@ def trtllm_build_argv(spec: BuildSpec, checkpoint_dir: Path, engine_dir: Path, s
              "--use_paged_context_fmha", "enable", "--remove_input_padding", "enable", "--context_fmha", "enable",
              "--max_beam_width", "1", "--max_batch_size", str(spec.max_batch_size),
              "--max_input_len", str(spec.max_input_len), "--max_seq_len", str(spec.max_seq_len),
-             "--max_num_tokens", str(max(spec.max_num_tokens, spec.max_batch_size * (spec.max_draft_len + 1))),
+             "--max_num_tokens", str(max(spec.max_num_tokens, spec.max_batch_size * (spec.trtllm.max_draft_len + 1))),
              "--workers", str(spec.tp_size)]
     return argv
 

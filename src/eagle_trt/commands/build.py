@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION
-from eagle_trt.build.bundle import ENGINE_CHOICES, build_bundle, plan_build
+from eagle_trt.build.bundle import ENGINE_CHOICES
 from eagle_trt.commands.options import CheckpointPath
 
 
@@ -69,10 +69,7 @@ from eagle_trt.commands.options import CheckpointPath
 @click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
-def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device, max_batch_size, max_input_len,
-              max_seq_len, tp_size, backend_version, chat_template, engine_instances, engine_threads, load_policy,
-              preprocessing_instances, postprocessing_instances, max_queue_delay_us, kv_cache_fraction, enable_kv_cache_reuse, dry_run,
-              skip_convert, skip_engines, force, as_json):
+def build_cmd(as_json: bool, **options):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
 
     \b
@@ -83,79 +80,39 @@ def build_cmd(base_dir, draft_dir, out, engine, tree, dtype, draft_vocab, device
       eagle-trt build --base ./Llama-3.1-8B-Instruct --draft ./EAGLE3-LLaMA3.1-Instruct-8B -o out --engine llmapi \\
           --tree chain:3 --dry-run
     """
-    from eagle_trt.build.bundle import choose_engine
-    from eagle_trt.model_repository import ServingOptions
-    from eagle_trt.perf.calibrate import AUTO, tuned_tree
-    from eagle_trt.spec import DraftSpec
+    from eagle_trt.build.request import BuildRequest, run_build
 
-    spec_options = {"dtype": dtype, "device": device, "max_batch_size": max_batch_size, "tp_size": tp_size,
-                    "max_input_len": max_input_len, "max_seq_len": max_seq_len, "chat_template": chat_template,
-                    "backend_version": backend_version, "draft_vocab": draft_vocab}
-    auto = tree == AUTO or (tree is None and draft_dir is not None
-                            and choose_engine(engine, DraftSpec.from_dir(draft_dir), device) == "pytorch")
-    if auto and not dry_run:
-        from eagle_trt.model_repository.configs import cpu_threads
-
-        spec_options.update(tuned_tree(base_dir, draft_dir, engine, device, dtype, draft_vocab,
-                                       echo=lambda m: click.echo(m, err=True),
-                                       threads=cpu_threads(engine_threads, 2 * engine_instances)))
-    elif tree is not None and tree != AUTO:
-        if tree.startswith("dynamic:"):
-            spec_options["runtime_tree"] = tree
-        else:
-            spec_options["tree"] = tree
-            spec_options["runtime_tree"] = tree if tree.startswith(("chain:", "static:")) else f"static:{tree}"
-    plan = plan_build(base_dir, draft_dir, out, engine=engine, skip_convert=skip_convert,
-                      skip_engines=skip_engines, **spec_options)
-    if dry_run and plan.spec.engine == "trtllm":
-        # TRT-LLM cannot run here: write the checkpoint, repository and perf files, print the commands
-        result = build_bundle(plan, force=force, skip_convert=skip_convert, dry_run=True)
-        script = result / "engines" / "build_engines.sh"
-        files = sorted(str(p.relative_to(result)) for p in result.rglob("*") if p.is_file())
-        if as_json:
-            click.echo(json.dumps({"out": str(result), "engine": "trtllm", "dry_run": True,
-                                   "commands": script.read_text().splitlines()[3:], "files": files}))
-        else:
-            click.echo(f"dry run: wrote {result} without engines; run these where TensorRT-LLM is installed:")
-            for line in script.read_text().splitlines()[3:]:
-                click.echo(f"  {line}")
-            click.echo(f"then serve with: tritonserver --model-repository {result / 'model_repository'} "
-                       "--model-control-mode explicit --load-model eagle_model")
-        return
-    if dry_run and plan.spec.engine == "llmapi":
-        # nothing heavy to run: the LLM API reads the HF directories when the model loads
-        result = build_bundle(plan, force=force, dry_run=True)
-        model_yaml = result / "model_repository" / "eagle_engine" / "1" / "model.yaml"
-        files = sorted(str(p.relative_to(result)) for p in result.rglob("*") if p.is_file())
-        if as_json:
-            click.echo(json.dumps({"out": str(result), "engine": "llmapi", "dry_run": True,
-                                   "model_yaml": str(model_yaml), "files": files}))
-        else:
-            click.echo(f"dry run: wrote {result}; {model_yaml.relative_to(result)}:")
-            click.echo(model_yaml.read_text().rstrip())
-            click.echo(f"serve it in a TensorRT-LLM Triton container: see "
-                       f"{model_yaml.parent.relative_to(result) / 'README.md'}")
-        return
-    if dry_run:
-        if as_json:
-            click.echo(json.dumps(plan.to_dict(), indent=2, default=str))
-        else:
-            click.echo(f"would build {plan.out} with engine {plan.spec.engine}:")
-            if auto:
-                click.echo("  - tune the runtime tree (--tree auto: measured once per machine, then cached)")
-            for step in plan.steps:
-                click.echo(f"  - {step}")
-        return
-    serving = ServingOptions(engine_instances=engine_instances, engine_threads=engine_threads, load_policy=load_policy,
-                             preprocessing_instances=preprocessing_instances,
-                             postprocessing_instances=postprocessing_instances,
-                             max_queue_delay_us=max_queue_delay_us, kv_cache_free_gpu_mem_fraction=kv_cache_fraction,
-                             enable_kv_cache_reuse=enable_kv_cache_reuse)
-    click.echo(f"building {plan.out} (engine {plan.spec.engine})", err=True)
-    result = build_bundle(plan, serving=serving, force=force, skip_convert=skip_convert, skip_engines=skip_engines)
-    models = sorted(p.name for p in (result / "model_repository").iterdir() if p.is_dir())
+    outcome = run_build(BuildRequest(**options), echo=lambda msg: click.echo(msg, err=True))
+    spec, out = outcome.plan.spec, outcome.out
     if as_json:
-        click.echo(json.dumps({"out": str(result), "engine": plan.spec.engine, "models": models}))
+        if outcome.dry_run and out is None:
+            click.echo(json.dumps(outcome.plan.to_dict(), indent=2, default=str))
+            return
+        data = {"out": str(out), "engine": spec.engine}
+        if outcome.dry_run:
+            data |= {"dry_run": True, "files": outcome.files()}
+            data |= ({"commands": outcome.trtllm_commands} if spec.engine == "trtllm"
+                     else {"model_yaml": str(outcome.model_yaml)})
+        else:
+            data["models"] = outcome.models()
+        click.echo(json.dumps(data))
+    elif outcome.trtllm_commands:
+        click.echo(f"dry run: wrote {out} without engines; run these where TensorRT-LLM is installed:")
+        for line in outcome.trtllm_commands:
+            click.echo(f"  {line}")
+        click.echo(f"then serve with: tritonserver --model-repository {out / 'model_repository'} "
+                   "--model-control-mode explicit --load-model eagle_model")
+    elif outcome.model_yaml is not None:
+        click.echo(f"dry run: wrote {out}; {outcome.model_yaml.relative_to(out)}:")
+        click.echo(outcome.model_yaml.read_text().rstrip())
+        click.echo(f"serve it in a TensorRT-LLM Triton container: see "
+                   f"{outcome.model_yaml.parent.relative_to(out) / 'README.md'}")
+    elif outcome.dry_run:
+        click.echo(f"would build {outcome.plan.out} with engine {spec.engine} (tree {spec.tree.label()}):")
+        if outcome.tunes:
+            click.echo("  - tune the tree (--tree auto: measured once per machine, then cached)")
+        for step in outcome.plan.steps:
+            click.echo(f"  - {step}")
     else:
-        click.echo(f"built {result}: models {', '.join(models)}")
-        click.echo(f"serve it with: eagle-trt serve {result}")
+        click.echo(f"built {out}: models {', '.join(outcome.models())} (tree {spec.tree.label()})")
+        click.echo(f"serve it with: eagle-trt serve {out}")

@@ -38,22 +38,23 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     """
     from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.perf.calibrate import AUTO, tuned_tree
+    from eagle_trt.perf.calibrate import tuned_tree
     from eagle_trt.perf.report import summary_table
     from eagle_trt.perf.run import PerfRequest, run_perf
+    from eagle_trt.tree import AUTO
 
     t0 = time.time()
     say = (lambda msg: click.echo(msg, err=True))
     say("[1/3] demo base and draft")
     base, draft = materialize_demo_base(), shipped_draft_dir(draft_format)
     say(f"  base  {base}\n  draft {draft}")
-    options = {"runtime_tree": tree}
+    options = {"tree": tree}
     if tree == AUTO:
         from eagle_trt.model_repository.configs import cpu_threads
 
         options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say,
                              threads=cpu_threads(0, 2))  # as the served engines get them (default options)
-    say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['runtime_tree']} -o {out_dir}")
+    say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['tree']} -o {out_dir}")
     plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
     bundle = build_bundle(plan, force=True)
     say(f"[3/3] perf run: {requests} MT-bench prompts (one per category in turn), {max_tokens} tokens, "
@@ -61,6 +62,6 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     report = run_perf(PerfRequest(bundle, None, "mt-bench", requests, max_tokens, 1, rounds=rounds), echo=say)
     click.echo("")
     click.echo(summary_table(report))
-    click.echo(f"tree: {plan.spec.runtime_tree}, dtype: {dtype} (eagle_model and base_model alike)")
+    click.echo(f"tree: {plan.spec.tree.label()}, dtype: {dtype} (eagle_model and base_model alike)")
     click.echo(f"report: {bundle / 'perf' / 'report.md'}")
     click.echo(f"demo finished in {time.time() - t0:.0f} s")

@@ -25,7 +25,7 @@ from pathlib import Path
 from eagle_trt.backend import BackendContract, backend_contract
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.load_policy import PLAIN, resolve_load_policy
+from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
 from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.configs import ServingOptions
 from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, ENGINES
@@ -186,7 +186,7 @@ def python_engine_config(spec: BuildSpec, options: ServingOptions, name: str, sp
         {
             "base_dir": spec.base.path,
             "draft_dir": spec.draft.path if speculative else "",
-            "tree": spec.runtime_tree,
+            "tree": json.dumps(spec.tree.to_dict(), separators=(",", ":")),  # resolved: choices inline
             "device": spec.device,
             "dtype": spec.dtype,
             "max_seq_len": spec.max_seq_len,
@@ -194,7 +194,8 @@ def python_engine_config(spec: BuildSpec, options: ServingOptions, name: str, sp
             "threads": options.engine_threads,
             "engines_sharing": 2 * options.engine_instances,
             # the tree by how many requests run at once (runtime.batching); the base engine decodes plainly
-            "load_policy": resolve_load_policy(spec.runtime_tree, options.load_policy) if speculative else PLAIN,
+            "load_policy": json.dumps((resolve_load_policy(spec.tree, options.load_policy) if speculative
+                                       else LoadPolicy((None,))).to_list(), separators=(",", ":")),
         } | ({} if spec.draft_vocab is None else {"draft_vocab": spec.draft_vocab}),
         instances=options.engine_instances, decoupled=True,
     )
@@ -220,7 +221,7 @@ def trtllm_engine_config(spec: BuildSpec, options: ServingOptions, name: str, en
     }
     if speculative:
         parameters["decoding_mode"] = "eagle"
-        parameters["eagle_choices"] = spec.tree.to_brace()
+        parameters["eagle_choices"] = spec.tree.tree.to_brace()
     engine_inputs = [
         C.tensor(n, t, d, o, **({"allow_ragged_batch": True} if n == "input_ids" else
                                 {"reshape": {"shape": []}} if d == [1] else {}))
@@ -308,7 +309,7 @@ def _vllm(spec: BuildSpec) -> tuple[dict[str, dict], dict[str, object]]:
         if name == EAGLE_MODEL and spec.draft is not None:
             model["speculative_config"] = {
                 "method": "eagle3" if spec.draft_format == "eagle3" else "eagle", "model": str(spec.engine_draft_path),
-                "num_speculative_tokens": spec.runtime_tree_config.max_draft_tokens, "draft_tensor_parallel_size": 1}
+                "num_speculative_tokens": spec.tree.max_draft_tokens, "draft_tensor_parallel_size": 1}
         files[f"{name}/1/model.json"] = json.dumps(model, indent=2) + "\n"
     return configs, files
 

@@ -50,7 +50,8 @@ def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
 def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
     """(row name -> (draft, concrete tree), draft -> its `--tree auto` tuning). With several drafts each row is
     prefixed by the draft's format (or its dir); `auto` rows are named `auto=<the tree it chose>`."""
-    from eagle_trt.perf.calibrate import AUTO, TuneRequest, tune
+    from eagle_trt.perf.calibrate import TuneRequest, tune
+    from eagle_trt.tree import AUTO
     from eagle_trt.spec import DraftSpec
 
     out: dict[str, tuple[Path | None, str]] = {"plain": (None, "chain:1")}

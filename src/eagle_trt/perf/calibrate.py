@@ -20,10 +20,9 @@ import torch
 
 from eagle_trt.perf.profile import ProfileConfig, profile_engine
 from eagle_trt.perf.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
-from eagle_trt.tree import Tree, TreeConfig, parse_tree_arg
+from eagle_trt.tree import AUTO, Tree, TreeConfig, resolve
 
 TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
-AUTO = "auto"
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
@@ -144,7 +143,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
     _, plain_ms = _run(probe.with_tree("chain:1", speculative=False), prompts, req.max_tokens)
     measured = {arg: _run(probe.with_tree(arg), prompts, req.max_tokens) for arg in DYNAMIC_GRID}  # (τ, ms/step)
     # what the forwards do not explain (host work per step), from the measured runs
-    overhead = sorted(ms - dynamic_step_ms(parse_tree_arg(arg), bare, tau) for arg, (tau, ms) in measured.items())
+    overhead = sorted(ms - dynamic_step_ms(resolve(arg), bare, tau) for arg, (tau, ms) in measured.items())
     cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),
                                   plain_overhead=max(plain_ms - bare.plain_step(), 0.0))
     candidates, measured_tps = [], {}
@@ -157,7 +156,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
         echo(f"  {static.arg}: accepted length {s_tau:.2f} ({static.accepted_length:.2f} predicted), "
              f"{measured_tps[static.arg]:.1f} tok/s measured, {static.tok_per_s:.1f} predicted")
     for arg, (tau, ms) in measured.items():
-        candidates.append(TreeChoice(arg, tau, dynamic_step_ms(parse_tree_arg(arg), cost, tau), cost.plain_step()))
+        candidates.append(TreeChoice(arg, tau, dynamic_step_ms(resolve(arg), cost, tau), cost.plain_step()))
         measured_tps[arg] = 1000.0 * tau / ms
         echo(f"  {arg}: accepted length {tau:.2f}, {measured_tps[arg]:.1f} tok/s measured, "
              f"{candidates[-1].tok_per_s:.1f} predicted")
@@ -188,7 +187,7 @@ def predict(result: dict, arg: str) -> TreeChoice | None:
     for c in result["candidates"]:
         if c["tree"] == arg:
             return TreeChoice(arg, c["predicted_accepted_length"], c["predicted_step_ms"], cost.plain_step())
-    cfg = parse_tree_arg(arg)
+    cfg = resolve(arg)
     if cfg.kind == "dynamic":
         return None
     accept = result["acceptance"]
@@ -213,7 +212,7 @@ def resolve_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: Non
 
 def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: str, draft_vocab: int | None,
                echo=lambda msg: None, threads: int | None = None) -> dict:
-    """Build options for `--tree auto`: {"runtime_tree": the tuned tree, "tree_tuning": what the bundle records}.
+    """Build options for `--tree auto`: {"tree": the tuned tree, "tree_tuning": what the bundle records}.
     `threads`: the CPU threads the served engine will have (costs measured at another count mislead the tuner)."""
     from eagle_trt.build_spec import auto_dtype
     from eagle_trt.errors import EagleTrtError
@@ -234,5 +233,5 @@ def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: 
     finally:
         torch.set_num_threads(before)
     chosen = result["chosen"]
-    return {"runtime_tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"],
+    return {"tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"],
                                                                      "threads": threads or before}}

@@ -67,7 +67,7 @@ def run_load(req: LoadRequest, echo=print) -> dict:
                 rows += [_row(r, level, "mixed") for r in runs]
     report = {"settings": {"dataset": req.dataset, "levels": list(req.levels), "max_tokens": req.max_tokens,
                            "requests_per_stream": req.requests_per_stream, "mixed": req.mixed, "engine": spec.engine,
-                           "runtime_tree": spec.runtime_tree, "dtype": spec.dtype, "device": spec.device,
+                           "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
                            "run_dir": str(run_dir)},
               "rows": rows, "ratios": _ratios(rows)}
     (out_dir / "load.json").write_text(json.dumps(report, indent=2))

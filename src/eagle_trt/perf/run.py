@@ -58,7 +58,7 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
                 echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "rounds": req.rounds, "concurrency": 1, "temperature": 0.0, "streaming": True,
-                "engine": spec.engine, "runtime_tree": spec.runtime_tree, "dtype": spec.dtype, "device": spec.device,
+                "engine": spec.engine, "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
                 "acceptance_figures": spec.acceptance_figures,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.load_policy import PLAIN, LoadPolicy
+from eagle_trt.load_policy import LoadPolicy
 from eagle_trt.runtime.engine import EagleEngine, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
+from eagle_trt.tree import TreeConfig
 
 
 @dataclass(eq=False)
@@ -31,7 +32,7 @@ class Slot:
     """One running request: its generation, its KV caches, and how it ended."""
 
     key: object
-    tree: str
+    tree: str  # its tree's label (or "none": plain decoding), for logs
     generation: Generation | None = None
     caches: tuple | None = None
     done: bool = False
@@ -43,9 +44,9 @@ class Batcher:
         if max_batch < 1:
             raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
         self.engine, self.max_batch, self.policy = engine, max_batch, policy
-        self.views: dict[str, EagleEngine] = {}
+        self.views: dict[TreeConfig | None, EagleEngine] = {}  # None: plain decoding
         for tree in dict.fromkeys(policy.trees):
-            speculative = tree != PLAIN and engine.draft is not None
+            speculative = tree is not None and engine.draft is not None
             self.views[tree] = engine.with_tree(tree if speculative else "chain:1", speculative=speculative)
         widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
         self.room, self.draft_room = EagleEngine.cache_lengths(engine.max_seq_len, widest)
@@ -64,7 +65,7 @@ class Batcher:
         tree = self.policy.tree_for(len(self.active) + 1)
         view = self.views[tree]
         caches = self.spare.pop() if self.spare else self._new_caches()
-        slot = Slot(key, tree, caches=caches)
+        slot = Slot(key, tree.label() if tree is not None else "none", caches=caches)
         try:
             slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
                                             caches=(caches[0], caches[1] if view.draft is not None else None))

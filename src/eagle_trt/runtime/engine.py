@@ -21,7 +21,7 @@ from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, re
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, parse_tree_arg
+from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
 
 
 @dataclass
@@ -171,7 +171,7 @@ class EagleEngine:
         if draft_spec is not None:
             require_compatible(base_spec, draft_spec)
         require_shapes(base_spec, draft_spec)
-        tree_cfg = tree if isinstance(tree, TreeConfig) else parse_tree_arg(tree)
+        tree_cfg = resolve(tree)
         max_seq_len = max_seq_len or min(base_spec.max_position_embeddings, 4096)
         dt = torch_dtype(dtype)
         base = load_base(base_spec, dt, device)
@@ -190,7 +190,7 @@ class EagleEngine:
     def with_tree(self, tree: str | TreeConfig, speculative: bool = True) -> EagleEngine:
         """Another engine over the same loaded base and draft (and caches): `tree`, or plain decoding when not
         `speculative`. Requests must not run on both at once."""
-        tree_cfg = tree if isinstance(tree, TreeConfig) else parse_tree_arg(tree)
+        tree_cfg = resolve(tree)
         engine = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
                             self.max_seq_len)
         engine.precision = self.precision

@@ -106,7 +106,10 @@ class RequestState:
 
 class TritonPythonModel:
     def initialize(self, args):
+        from eagle_trt.load_policy import LoadPolicy
         from eagle_trt.runtime import EagleEngine
+        from eagle_trt.runtime.batching import Batcher
+        from eagle_trt.tree import TreeConfig
 
         param = parameters(args)
         if param.get("device", "cpu") == "cpu":
@@ -118,17 +121,14 @@ class TritonPythonModel:
             torch.set_num_threads(self.threads)
         self.engine = EagleEngine.load(
             local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
-            tree=param["tree"],
+            tree=TreeConfig.from_dict(json.loads(param["tree"]), where="config.pbtxt tree"),
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
-        from eagle_trt.load_policy import LoadPolicy
-        from eagle_trt.runtime.batching import Batcher
-
-        policy = param.get("load_policy") or param["tree"]
+        policy = LoadPolicy.from_list(json.loads(param["load_policy"]))
         self.batcher = Batcher(self.engine, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
-                               LoadPolicy.parse(policy if param.get("draft_dir") else "none"))
+                               policy if param.get("draft_dir") else LoadPolicy((None,)))
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)

@@ -1,0 +1,120 @@
+"""`eagle-trt build` as one call: every option in a `BuildRequest`, `run_build` does the work and says what it did.
+
+The command (commands/build.py) only declares the options and prints the `BuildOutcome`; this module decides: the
+engine kind, whether the tree is tuned (`--tree auto`, or no --tree for a pytorch bundle with a draft), the plan,
+and which kind of dry run applies (trtllm: checkpoint and trtllm-build lines; llmapi: model.yaml; else the plan).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from eagle_trt.backend import DEFAULT_BACKEND_VERSION
+from eagle_trt.build.bundle import BuildPlan, build_bundle, choose_engine, plan_build
+from eagle_trt.model_repository import ServingOptions
+from eagle_trt.tree import AUTO
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """The options of `eagle-trt build`, one to one (see its --help)."""
+
+    base_dir: Path
+    draft_dir: Path | None
+    out: Path
+    engine: str = "auto"
+    tree: str | None = None  # a --tree value, auto, or None: tuned for pytorch with a draft, else the default
+    dtype: str = "auto"
+    draft_vocab: int | None = None
+    device: str = "cpu"
+    max_batch_size: int = 8
+    max_input_len: int | None = None
+    max_seq_len: int | None = None
+    tp_size: int = 1
+    backend_version: str = DEFAULT_BACKEND_VERSION
+    chat_template: bool = True
+    engine_instances: int = 1
+    engine_threads: int = 0
+    load_policy: str = "auto"
+    preprocessing_instances: int = 1
+    postprocessing_instances: int = 1
+    max_queue_delay_us: int = 0
+    kv_cache_fraction: float = 0.9
+    enable_kv_cache_reuse: bool = False
+    dry_run: bool = False
+    skip_convert: bool = False
+    skip_engines: bool = False
+    force: bool = False
+
+    def spec_options(self) -> dict:
+        return {"dtype": self.dtype, "device": self.device, "max_batch_size": self.max_batch_size,
+                "tp_size": self.tp_size, "max_input_len": self.max_input_len, "max_seq_len": self.max_seq_len,
+                "chat_template": self.chat_template, "backend_version": self.backend_version,
+                "draft_vocab": self.draft_vocab, "tree": None if self.tree == AUTO else self.tree}
+
+    def serving(self) -> ServingOptions:
+        return ServingOptions(engine_instances=self.engine_instances, engine_threads=self.engine_threads,
+                              load_policy=self.load_policy, preprocessing_instances=self.preprocessing_instances,
+                              postprocessing_instances=self.postprocessing_instances,
+                              max_queue_delay_us=self.max_queue_delay_us,
+                              kv_cache_free_gpu_mem_fraction=self.kv_cache_fraction,
+                              enable_kv_cache_reuse=self.enable_kv_cache_reuse)
+
+    def tunes(self) -> bool:
+        """Whether the tree is tuned: `--tree auto`, or no --tree for a pytorch bundle with a draft."""
+        if self.tree == AUTO:
+            return True
+        if self.tree is not None or self.draft_dir is None:
+            return False
+        from eagle_trt.spec import DraftSpec
+
+        return choose_engine(self.engine, DraftSpec.from_dir(self.draft_dir), self.device) == "pytorch"
+
+
+@dataclass
+class BuildOutcome:
+    """What `run_build` did: the plan, OUT once written, and for a dry run what it stands for."""
+
+    plan: BuildPlan
+    out: Path | None  # None: a dry run that wrote nothing (pytorch, vllm)
+    tunes: bool
+    dry_run: bool
+    trtllm_commands: list[str] = field(default_factory=list)  # dry run, trtllm: the trtllm-build lines
+    model_yaml: Path | None = None  # dry run, llmapi: the LLM-API config written
+
+    def models(self) -> list[str]:
+        repo = self.out / "model_repository" if self.out is not None else None
+        return sorted(p.name for p in repo.iterdir() if p.is_dir()) if repo and repo.is_dir() else []
+
+    def files(self) -> list[str]:
+        if self.out is None:
+            return []
+        return sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*") if p.is_file())
+
+
+def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None) -> BuildOutcome:
+    """Tune if asked, plan, build (or the engine's dry run). Raises EagleTrtError before any work on bad input."""
+    options = req.spec_options()
+    tunes = req.tunes()
+    if tunes and not req.dry_run:
+        from eagle_trt.model_repository.configs import cpu_threads
+        from eagle_trt.perf.calibrate import tuned_tree
+
+        options.update(tuned_tree(req.base_dir, req.draft_dir, req.engine, req.device, req.dtype, req.draft_vocab,
+                                  echo=echo, threads=cpu_threads(req.engine_threads, 2 * req.engine_instances)))
+    plan = plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, skip_convert=req.skip_convert,
+                      skip_engines=req.skip_engines, **options)
+    outcome = BuildOutcome(plan, None, tunes, req.dry_run)
+    if req.dry_run and plan.spec.engine == "trtllm":  # TRT-LLM cannot run here: all but the engines, and the lines
+        outcome.out = build_bundle(plan, force=req.force, skip_convert=req.skip_convert, dry_run=True)
+        outcome.trtllm_commands = (outcome.out / "engines" / "build_engines.sh").read_text().splitlines()[3:]
+    elif req.dry_run and plan.spec.engine == "llmapi":  # the LLM API reads the HF directories when it loads
+        outcome.out = build_bundle(plan, force=req.force, dry_run=True)
+        outcome.model_yaml = outcome.out / "model_repository" / "eagle_engine" / "1" / "model.yaml"
+    elif not req.dry_run:
+        echo(f"building {plan.out} (engine {plan.spec.engine})")
+        outcome.out = build_bundle(plan, serving=req.serving(), force=req.force, skip_convert=req.skip_convert,
+                                   skip_engines=req.skip_engines)
+    return outcome
