@@ -28,7 +28,7 @@ DEFAULT_LLMAPI_TREE = "chain:3"  # TensorRT-LLM's EAGLE-3 examples; its static t
 
 @dataclass(frozen=True, kw_only=True)
 class BuildSpec:
-    """What a bundle is built from. Sizes follow trtllm-build's names (research/trtllm_eagle.md §C.1)."""
+    """What a bundle is built from. Sizes follow trtllm-build's names (docs/trtllm_formats.md §3)."""
 
     base: ModelSpec
     draft: DraftSpec | None
