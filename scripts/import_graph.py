@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = "eagle_trt"
-LAYERS = [  # bottom first; the DESIGN.md arrows, with the shared low modules spelled out
+LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low modules spelled out
     ("errors",),
     (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub"),  # ROOT: the version
     ("draft_layouts",),

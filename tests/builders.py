@@ -2,7 +2,7 @@
 
 Used by the test fixtures (conftest.py) and by scripts that need a small model. Weights are random but scaled so
 logits are peaked (no near-ties in greedy decoding). Names and layouts follow the Hugging Face Llama checkpoint and
-the EAGLE draft formats in ../shared/research/trtllm_eagle.md §A.
+the EAGLE draft formats in docs/eagle_algorithms.md §1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""TensorRT-LLM EAGLE checkpoint conversion: every expected tensor with the §B.3 slice of its HF source (the
-expectation is computed here independently of the converter), config keys, TP 1/2/4, bias/embed/tied variants."""
+"""TensorRT-LLM EAGLE checkpoint conversion: every expected tensor with the docs/trtllm_formats.md §2 slice of its
+HF source (the expectation is computed here independently of the converter), config keys, TP 1/2/4, bias/embed/tied
+variants."""
 
 import json
 import os
@@ -39,7 +40,7 @@ def hf(d):
 
 
 def expected_rank(base_sd, draft_sd, cfg, tp, r, nets, has_bias, tied):
-    """What TRT-LLM's loader wants in rank r (research/trtllm_eagle.md §B.3), written out longhand."""
+    """What TRT-LLM's loader wants in rank r (docs/trtllm_formats.md §2), written out longhand."""
     h, nh, nkv, d = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     vocab = cfg["vocab_size"]
 

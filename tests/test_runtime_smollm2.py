@@ -2,8 +2,8 @@
 decoding token for token on all 80 MT-bench first turns (EAGLE-1 draft, dynamic tree) and all 164 HumanEval prompts
 (EAGLE-3 draft, chain tree); in int8 (runtime/fast.py, batch-invariant) with no exception at all.
 
-Batched verification and one-token decoding round differently in the last bits, so a divergence is excused only
-at a numerical tie: the plain top-2 logit gap at the diverging position must be below 1e-4 (research §9).
+Batched verification and one-token decoding round differently in the last bits, so a divergence is excused only at a
+numerical tie: the plain top-2 logit gap at the diverging position must be below 1e-4 (docs/eagle_algorithms.md §7).
 """
 
 import pytest

@@ -1,4 +1,4 @@
-"""Which engine a TensorRT-LLM release can serve a draft with (research/trtllm_eagle.md §I): the engine path
+"""Which engine a TensorRT-LLM release can serve a draft with (docs/trtllm_formats.md §7): the engine path
 (trtllm-build, the tensorrtllm backend) exists up to 1.2; newer releases run EAGLE-3 drafts through the LLM API only.
 
 The TensorRT-LLM here is a stand-in distribution on disk (`tensorrt_llm/__init__.py` + `tensorrt_llm-<v>.dist-info/

@@ -59,7 +59,7 @@ class TrtllmLimits:
 
 @dataclass(frozen=True, kw_only=True)
 class BuildSpec:
-    """What a bundle is built from. Sizes follow trtllm-build's names (its --max_batch_size, --max_input_len, ...)."""
+    """What a bundle is built from. Sizes follow trtllm-build's names (docs/trtllm_formats.md §3)."""
 
     base: ModelSpec
     draft: DraftSpec | None

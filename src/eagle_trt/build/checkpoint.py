@@ -1,5 +1,5 @@
 """HF base + EAGLE-1 draft -> TensorRT-LLM EAGLE checkpoint (`EagleForCausalLM`), or the base alone
-(`LlamaForCausalLM`, for the comparison engine): config.json + rank{r}.safetensors (research/trtllm_eagle.md §B).
+(`LlamaForCausalLM`, for the comparison engine): config.json + rank{r}.safetensors (docs/trtllm_formats.md §1).
 
 Everything comes from a validated BuildSpec (engine trtllm): dims, dtype, tp size and the EAGLE sizes; nothing
 is re-read from the model directories but the tensors themselves.

@@ -1,5 +1,5 @@
 """The EAGLE-3 route: TensorRT-LLM's LLM API (PyTorch backend) runs EAGLE-3 drafts; it is the only TensorRT-LLM
-route after 1.2 (research/trtllm_eagle.md §H, §I). We write its configuration as YAML (PyYAML) for Triton's LLM-API
+route after 1.2 (docs/trtllm_formats.md §6, §7). We write its configuration as YAML (PyYAML) for Triton's LLM-API
 model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/tensorrt_llm/1/model.py) and for
 `trtllm-serve --extra_llm_api_options` (`llm_api_options.yaml`).
 

@@ -1,9 +1,9 @@
 """The TensorRT-LLM engine path of `eagle-trt build`: environment checks, checkpoint conversion for the EAGLE and
-the base engine, and the exact `trtllm-build` command lines (research/trtllm_eagle.md §C.1).
+the base engine, and the exact `trtllm-build` command lines (docs/trtllm_formats.md §3).
 
 TensorRT-LLM is never imported here: its presence and version are read from package metadata (trtllm_env), and
 trtllm-build runs as a subprocess. Bundle layout: OUT/checkpoint/{eagle,base}/ and OUT/engines/{eagle,base}/.
-The engine path exists in TensorRT-LLM <= 1.2 only (research/trtllm_eagle.md §I).
+The engine path exists in TensorRT-LLM <= 1.2 only (docs/trtllm_formats.md §7).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 
 log = logging.getLogger(__name__)
-# (version prefix, warning) for versions with known EAGLE problems (research §G, §H)
+# (version prefix, warning) for versions with known EAGLE problems (docs/trtllm_formats.md §5)
 KNOWN_ISSUES = (
     ((0, 15), "TensorRT-LLM 0.15 lacks typical acceptance and the eagle_choices Triton parameter (added in 0.16)"),
     ((0, 19), "TensorRT-LLM before 0.19 can corrupt EAGLE outputs at batch > 1 (fixed by PR #3456, Apr 2025)"),

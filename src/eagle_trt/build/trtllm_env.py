@@ -1,7 +1,7 @@
 """Which TensorRT-LLM is installed here, and which engine kind it can serve a draft with.
 
 TensorRT-LLM's main branch removed the TensorRT engine backend in mid-2026 (`trtllm-build`,
-`examples/eagle/convert_checkpoint.py` and the Triton C++ `tensorrtllm` backend; research/trtllm_eagle.md §I);
+`examples/eagle/convert_checkpoint.py` and the Triton C++ `tensorrtllm` backend; docs/trtllm_formats.md §7);
 1.2 is the last release read that still has it. Newer releases run EAGLE only through the LLM API (PyTorch
 backend), and only EAGLE-3 drafts. So the engine path (`trtllm`) needs a TensorRT-LLM <= 1.2 *and* a
 `trtllm-build` on PATH; the LLM-API route (`llmapi`) needs an EAGLE-3 draft.

@@ -1,4 +1,4 @@
-"""HF -> TensorRT-LLM tensor names and tensor-parallel splits (research/trtllm_eagle.md §B.3).
+"""HF -> TensorRT-LLM tensor names and tensor-parallel splits (docs/trtllm_formats.md §2).
 
 HF names appear only in the `hf` column, TRT-LLM names only in the `trt` column. Each entry says how rank r of t
 gets its slice: "full" (replicated), "rows"/"cols" (split dim 0 / dim 1 evenly), "qkv" (q, k, v sliced by heads,

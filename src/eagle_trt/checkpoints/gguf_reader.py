@@ -1,5 +1,5 @@
 """GGUF (llama.cpp) Llama checkpoints as Hugging Face tensors: names mapped, weights dequantized to float32,
-and the Q/K rows un-permuted (llama.cpp's converter interleaves the rotary halves; research/models_and_data.md).
+and the Q/K rows un-permuted (llama.cpp's convert_hf_to_gguf.py interleaves the rotary halves: LlamaModel.permute).
 Also reads the `llama.*` metadata into a HF-style config dict (`gguf_config`)."""
 
 from __future__ import annotations

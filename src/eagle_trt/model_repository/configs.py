@@ -3,7 +3,7 @@
 Every config.pbtxt of the model repository is built here from a plain dict (proto field names) that
 `json_format.ParseDict` checks against Triton's schema (tritonclient ships it), then rendered by `render`.
 Nothing is filled into string templates. The tensor names are those of TensorRT-LLM's `inflight_batcher_llm`
-repository (tensorrtllm_backend `all_models/inflight_batcher_llm`, research/trtllm_eagle.md §E), so clients and
+repository (tensorrtllm_backend `all_models/inflight_batcher_llm`, docs/trtllm_formats.md §4), so clients and
 benchmark tools that speak the tensorrtllm request format (text_input, max_tokens, stream, ...) work unchanged.
 
 NOTE(proto3): proto3 does not serialize scalar fields equal to their default, so `max_batch_size: 0` would vanish

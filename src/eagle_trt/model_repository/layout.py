@@ -203,7 +203,7 @@ def python_engine_config(spec: BuildSpec, options: ServingOptions, name: str, sp
 
 def trtllm_engine_config(spec: BuildSpec, options: ServingOptions, name: str, engine_dir: Path, speculative: bool,
                          contract: BackendContract) -> dict:
-    """The tensorrtllm backend model (parameters per research/trtllm_eagle.md §E.1), its tensors as the targeted
+    """The tensorrtllm backend model (parameters per docs/trtllm_formats.md §4), its tensors as the targeted
     backend release names them (eagle_trt.backend)."""
     parameters = {
         "max_beam_width": 1,

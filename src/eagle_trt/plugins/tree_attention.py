@@ -2,7 +2,7 @@
 
 Each program owns one sequence b, one KV head h and a block of tree rows; it packs the G = Hq/Hkv query heads
 that share h into the tile's M dimension (M = BLOCK_Q * G rows, arithmetic intensity ~ N*G FLOP/byte,
-research/eagle_algorithms.md §8), streams K/V of the cached prefix once without any mask, and applies the
+docs/eagle_algorithms.md §6), streams K/V of the cached prefix once without any mask, and applies the
 TRT-LLM packed bitmask ([N, ceil(N/32)] int32, bit 0 = root) only on the key blocks that hold tree tokens.
 Online softmax in fp32; fp16/bf16/fp32 inputs; ragged batches (cu_q, prefix_lens); contiguous or paged K/V.
 

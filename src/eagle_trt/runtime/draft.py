@@ -1,4 +1,4 @@
-"""EAGLE draft heads over the base's features (research/eagle_algorithms.md §1, §3).
+"""EAGLE draft heads over the base's features (docs/eagle_algorithms.md §2, §4).
 
 EAGLE-1/2: out = layer0(fc(cat(embed(x_{t+1}), f_t))), layer 0 without input norm; logits = base lm_head(out).
 EAGLE-3:   g = fc(cat(h_low, h_mid, h_high)) for base rows, else the parent's draft output (pre-norm);

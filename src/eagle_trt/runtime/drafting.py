@@ -3,7 +3,7 @@
 The draft's KV cache holds `stable` rows (the accepted prefix; its last row pairs the last accepted feature with
 the root token, so its output `root_out` predicts depth 1). Tree rows are written after the stable rows, each one
 pairing its parent's draft output with its own token at draft position stable + depth - 1, and attend to the
-stable prefix plus their tree ancestors. They are discarded after the step (research/eagle_algorithms.md §1-2).
+stable prefix plus their tree ancestors. They are discarded after the step (docs/eagle_algorithms.md §3).
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, r
     parents, chosen = [-1], []
     for pool_idx in keep:
         parent = pool_parent[pool_idx]
-        if parent not in node_of:  # ties/NaN can orphan a child; drop it (research §2)
+        if parent not in node_of:  # ties/NaN can orphan a child; drop it (docs/eagle_algorithms.md §3)
             continue
         node_of[pool_idx] = len(parents)
         parents.append(node_of[parent])

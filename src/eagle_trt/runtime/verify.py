@@ -1,10 +1,10 @@
 """Tree acceptance: greedy (longest path matching the base argmax) and lossless stochastic verification.
 
-Stochastic rule for deterministic (top-k) drafts, i.e. a point-mass draft distribution (research §4-5): at the
-current node with base distribution p (temperature / top-k / top-p already applied), try the children in draft-rank
-order, each distinct token once: accept child x with probability p(x); on rejection set p(x) = 0 and renormalise.
-If a child is accepted, descend and restart with the child's fresh p. Otherwise the bonus token is drawn from the
-current (residual) p. The output distribution equals sampling from the base, token by token.
+Stochastic rule for deterministic (top-k) drafts, i.e. a point-mass draft distribution (docs/eagle_algorithms.md §5):
+at the current node with base distribution p (temperature / top-k / top-p already applied), try the children in
+draft-rank order, each distinct token once: accept child x with probability p(x); on rejection set p(x) = 0 and
+renormalise. If a child is accepted, descend and restart with the child's fresh p. Otherwise the bonus token is
+drawn from the current (residual) p. The output distribution equals sampling from the base, token by token.
 """
 
 from __future__ import annotations

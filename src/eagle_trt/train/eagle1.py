@@ -1,4 +1,4 @@
-"""EAGLE-1/2 draft training (research/eagle_algorithms.md §1): draft row t consumes (f_t, x_{t+1}) and regresses
+"""EAGLE-1/2 draft training (docs/eagle_algorithms.md §2): draft row t consumes (f_t, x_{t+1}) and regresses
 the next feature f_{t+1}; loss = 1.0 * SmoothL1(f^, f) + 0.1 * CE(softmax(lm_head f) || lm_head f^) (the base's own
 next-token distribution as the soft target, as in EAGLE's main.py), uniform noise on the input features. The head
 is the runtime's own `Eagle1Draft` module, trained over packed sequences with a block-diagonal causal mask; the

@@ -1,4 +1,4 @@
-"""EAGLE-3 draft training (research/eagle_algorithms.md §3): training-time test (TTT) over packed sequences.
+"""EAGLE-3 draft training (docs/eagle_algorithms.md §4): training-time test (TTT) over packed sequences.
 
 Row t of step 0 consumes (x_{t+1}, fc(captured_t)); row t of step j consumes (x_{t+1+j}, the step j-1 output of row t)
 at position t+j, exactly what a depth-(j+1) node of a draft tree sees. Step j attends causally over the step-0 keys

@@ -1,4 +1,4 @@
-"""Write trained drafts in the standard Hugging Face EAGLE layouts (research/trtllm_eagle.md §A), which EAGLE's
+"""Write trained drafts in the standard Hugging Face EAGLE layouts (docs/eagle_algorithms.md §1), which EAGLE's
 reference code, SGLang, vLLM and our converter load unchanged: config.json + model.safetensors."""
 
 from __future__ import annotations
