@@ -30,7 +30,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+    from eagle_trt.datasets import encode_prompt, load_dataset
     from eagle_trt.runtime import EagleEngine
     from eagle_trt.runtime.batching import Batcher, LoadPolicy
 

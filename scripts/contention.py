@@ -19,7 +19,7 @@ def _worker(kind: str, threads: int, prompts: int, max_tokens: int, barrier, res
     import torch
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+    from eagle_trt.datasets import encode_prompt, load_dataset
     from eagle_trt.runtime import EagleEngine
 
     torch.set_num_threads(threads)

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from eagle_trt.demo_model import materialize_demo_base
-from eagle_trt.perf.datasets import encode_prompt, load_dataset
+from eagle_trt.datasets import encode_prompt, load_dataset
 from eagle_trt.runtime import EagleEngine
 
 

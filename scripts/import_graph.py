@@ -18,12 +18,13 @@ from pathlib import Path
 ROOT = "eagle_trt"
 LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low modules spelled out
     ("errors",),
-    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub"),  # ROOT: the version
+    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub", "datasets"),  # ROOT: version
     ("draft_layouts",),
     ("spec", "demo_model", "load_policy"),
     ("build_spec",),
     ("plugins",),
     ("runtime",),
+    ("tuning",),
     ("model_repository",),
     ("serving", "client"),
     ("perf",),

@@ -43,7 +43,7 @@ def test_generate_stream_and_errors(tiny_base, eagle1_draft):
     both = CliRunner().invoke(main, ["generate", "Hi"])
     assert both.exit_code == 2
     tree = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--tree", "nonsense"])
-    assert tree.exit_code == 1 and "invalid tree spec" in tree.output
+    assert tree.exit_code == 1 and "unknown tree 'nonsense'" in tree.output
     temp = CliRunner().invoke(main, ["generate", "--base", str(tiny_base), "Hi", "--temperature", "-1"])
     assert temp.exit_code == 2 and "Invalid value for '--temperature': -1.0 is not in the range x>=0.0" in temp.output
 

@@ -3,7 +3,6 @@ a real AIPerf run against a real tritonserver on the tiny model, with the report
 export files it produced."""
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from click.testing import CliRunner
 
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.perf import datasets
+from eagle_trt import datasets
 from eagle_trt.perf.harness_files import aiperf_command, genai_perf_command
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

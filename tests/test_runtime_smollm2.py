@@ -9,7 +9,7 @@ numerical tie: the plain top-2 logit gap at the diverging position must be below
 import pytest
 import torch
 
-from eagle_trt.perf.datasets import encode_prompt, humaneval_prompts, mtbench_prompts
+from eagle_trt.datasets import encode_prompt, humaneval_prompts, mtbench_prompts
 
 MAX_TOKENS = 20
 

@@ -93,7 +93,7 @@ def test_evaluation_sets_never_reach_training():
 
 
 def test_eval_prompts_are_filtered_out(tiny_base, tmp_path):
-    from eagle_trt.perf.datasets import mtbench_prompts
+    from eagle_trt.datasets import mtbench_prompts
 
     leaked = mtbench_prompts()[0].text
     prompts = tmp_path / "p.jsonl"

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from eagle_trt.perf.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
-from eagle_trt.perf.profile import ProfileConfig, format_table, profile_engine
-from eagle_trt.perf.tree_tuner import CostModel, best_static_tree, grow_tree, ranked_static_trees, static_step_ms
+from eagle_trt.tuning.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
+from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
+from eagle_trt.tuning.tree_tuner import CostModel, grow_tree, ranked_static_trees, static_step_ms
 from eagle_trt.runtime import EagleEngine
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.tree import TreeConfig, resolve
@@ -26,14 +26,14 @@ def test_grow_tree_takes_the_most_valuable_nodes():
 
 
 def test_flat_cost_gives_the_widest_tree_the_budget_allows():
-    choice = best_static_tree(ACCEPT, FLAT, max_nodes=20)
+    choice = ranked_static_trees(ACCEPT, FLAT, max_nodes=20)[0]
     cfg = resolve(choice.arg)
     assert cfg.tree.num_nodes == 20
     assert choice.speedup == pytest.approx(choice.accepted_length)  # a verify costs what a decode step costs
 
 
 def test_cost_linear_in_tokens_gives_a_short_chain():
-    choice = best_static_tree(ACCEPT, STEEP, max_nodes=20)
+    choice = ranked_static_trees(ACCEPT, STEEP, max_nodes=20)[0]
     assert choice.arg == "chain:1"
     assert choice.speedup < 1  # honest: on such a machine speculation cannot pay
 
@@ -42,7 +42,6 @@ def test_ranked_static_trees_are_distinct_and_fastest_first():
     ranked = ranked_static_trees(ACCEPT, STEEP, max_nodes=20)
     speeds = [c.tok_per_s for c in ranked]
     assert speeds == sorted(speeds, reverse=True) and len({c.arg for c in ranked}) == len(ranked)
-    assert ranked[0] == best_static_tree(ACCEPT, STEEP, max_nodes=20)
     assert {"chain:1", "chain:2"} <= {c.arg for c in ranked}  # chains are always among the candidates
 
 
@@ -56,7 +55,7 @@ def test_step_cost_counts_verify_topk_and_draft_forwards():
 
 def test_predict_matches_the_choice():
     cost = FLAT
-    choice = best_static_tree(ACCEPT, cost, max_nodes=6)
+    choice = ranked_static_trees(ACCEPT, cost, max_nodes=6)[0]
     result = {"profile": {"base_forward_ms": {"128": {"1": 10.0, "64": 10.0}}, "draft_step_ms": {"1": 0.0},
                           "topk_ms": {"1": 0.0}},
               "context": 128, "overhead_ms": 0.0, "plain_overhead_ms": 0.0, "candidates": [], "acceptance": ACCEPT}

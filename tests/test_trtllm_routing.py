@@ -5,7 +5,6 @@ The TensorRT-LLM here is a stand-in distribution on disk (`tensorrt_llm/__init__
 METADATA`) put on sys.path, with or without a `trtllm-build` executable on PATH, so the real importlib.metadata
 lookup and PATH search run."""
 
-import os
 from pathlib import Path
 
 import pytest

@@ -76,7 +76,7 @@ class BuildSpec:
     chat_template: bool = True
     backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
     draft_vocab: int | None = None  # pytorch engine: FR-Spec draft vocabulary (None: the draft's file; 0: full)
-    tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (perf/calibrate.py)
+    tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (tuning/calibrate.py)
     # llmapi/vllm: the copy of the draft in the layout that engine reads, written into the bundle, and why
     # (draft_layouts.served_layout_change); None: the engine reads draft.path as it is
     served_draft: str | None = None

@@ -291,7 +291,7 @@ class TreeConfig:
 # deprecated in llm_args.py, and vLLM drafts chains only).
 DEFAULT_TREES = {"pytorch": DEFAULT_RUNTIME_TREE, "trtllm": "static:mc_sim_7b_63", "llmapi": "chain:3",
                  "vllm": "chain:3"}
-AUTO = "auto"  # a --tree value that asks for tuning (eagle_trt.perf.calibrate), never resolved here
+AUTO = "auto"  # a --tree value that asks for tuning (eagle_trt.tuning.calibrate), never resolved here
 
 
 def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConfig:

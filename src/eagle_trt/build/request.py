@@ -7,7 +7,7 @@ and which kind of dry run applies (trtllm: checkpoint and trtllm-build lines; ll
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -19,7 +19,7 @@ from eagle_trt.tree import AUTO
 
 @dataclass(frozen=True, kw_only=True)
 class BuildRequest:
-    """The options of `eagle-trt build`, one to one (see its --help)."""
+    """The options of `eagle-trt build` (see its --help): what the bundle is built from, and how it serves."""
 
     base_dir: Path
     draft_dir: Path | None
@@ -35,32 +35,27 @@ class BuildRequest:
     tp_size: int = 1
     backend_version: str = DEFAULT_BACKEND_VERSION
     chat_template: bool = True
-    engine_instances: int = 1
-    engine_threads: int = 0
-    load_policy: str = "auto"
-    preprocessing_instances: int = 1
-    postprocessing_instances: int = 1
-    max_queue_delay_us: int = 0
-    kv_cache_fraction: float = 0.9
-    enable_kv_cache_reuse: bool = False
+    serving: ServingOptions = ServingOptions()
     dry_run: bool = False
     skip_convert: bool = False
     skip_engines: bool = False
     force: bool = False
+
+    @classmethod
+    def from_options(cls, **options) -> BuildRequest:
+        """From the command's flat options: ServingOptions' own names go to `serving` (--kv-cache-fraction is its
+        kv_cache_free_gpu_mem_fraction)."""
+        if "kv_cache_fraction" in options:
+            options["kv_cache_free_gpu_mem_fraction"] = options.pop("kv_cache_fraction")
+        names = {f.name for f in fields(ServingOptions)}
+        serving = ServingOptions(**{k: options.pop(k) for k in list(options) if k in names})
+        return cls(serving=serving, **options)
 
     def spec_options(self) -> dict:
         return {"dtype": self.dtype, "device": self.device, "max_batch_size": self.max_batch_size,
                 "tp_size": self.tp_size, "max_input_len": self.max_input_len, "max_seq_len": self.max_seq_len,
                 "chat_template": self.chat_template, "backend_version": self.backend_version,
                 "draft_vocab": self.draft_vocab, "tree": None if self.tree == AUTO else self.tree}
-
-    def serving(self) -> ServingOptions:
-        return ServingOptions(engine_instances=self.engine_instances, engine_threads=self.engine_threads,
-                              load_policy=self.load_policy, preprocessing_instances=self.preprocessing_instances,
-                              postprocessing_instances=self.postprocessing_instances,
-                              max_queue_delay_us=self.max_queue_delay_us,
-                              kv_cache_free_gpu_mem_fraction=self.kv_cache_fraction,
-                              enable_kv_cache_reuse=self.enable_kv_cache_reuse)
 
     def tunes(self) -> bool:
         """Whether the tree is tuned: `--tree auto`, or no --tree for a pytorch bundle with a draft."""
@@ -100,10 +95,11 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None)
     tunes = req.tunes()
     if tunes and not req.dry_run:
         from eagle_trt.model_repository.configs import cpu_threads
-        from eagle_trt.perf.calibrate import tuned_tree
+        from eagle_trt.tuning.calibrate import tuned_tree
 
+        threads = cpu_threads(req.serving.engine_threads, 2 * req.serving.engine_instances)  # as served
         options.update(tuned_tree(req.base_dir, req.draft_dir, req.engine, req.device, req.dtype, req.draft_vocab,
-                                  echo=echo, threads=cpu_threads(req.engine_threads, 2 * req.engine_instances)))
+                                  echo=echo, threads=threads))
     plan = plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, skip_convert=req.skip_convert,
                       skip_engines=req.skip_engines, **options)
     outcome = BuildOutcome(plan, None, tunes, req.dry_run)
@@ -115,6 +111,6 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None)
         outcome.model_yaml = outcome.out / "model_repository" / "eagle_engine" / "1" / "model.yaml"
     elif not req.dry_run:
         echo(f"building {plan.out} (engine {plan.spec.engine})")
-        outcome.out = build_bundle(plan, serving=req.serving(), force=req.force, skip_convert=req.skip_convert,
+        outcome.out = build_bundle(plan, serving=req.serving, force=req.force, skip_convert=req.skip_convert,
                                    skip_engines=req.skip_engines)
     return outcome

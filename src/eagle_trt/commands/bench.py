@@ -17,7 +17,7 @@ from eagle_trt.spec import PRECISIONS
               help="EAGLE draft; repeat to compare drafts (e.g. EAGLE-1 vs EAGLE-3) on the same prompts.")
 @click.option("--trees", default="auto;chain:3;dynamic:4,4,8", show_default=True,
               help="Tree settings separated by ';' (auto | chain:N | static:NAME|FILE | dynamic:D,K,T); auto: tuned "
-                   "to this machine and draft (perf/calibrate.py, cached), its predicted tok/s shown beside.")
+                   "to this machine and draft (tuning/calibrate.py, cached), its predicted tok/s shown beside.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
 @click.option("--prompts", type=click.IntRange(min=0),
               default=10, show_default=True,

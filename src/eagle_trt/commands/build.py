@@ -23,11 +23,12 @@ from eagle_trt.commands.options import CheckpointPath
                    "(TensorRT-LLM <= 1.2 with trtllm-build) and llmapi for EAGLE-3 drafts (any version, the only "
                    "route after 1.2); else pytorch. `eagle-trt inspect` says which applies here.")
 @click.option("--tree", default=None,
-              help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file, chain:N, or dynamic:D,K,T "
-                   "(EAGLE's depth=D, top_k=K, total_token=T+1; SGLang's num-steps D+1, eagle-topk K, num-draft-tokens "
-                   "T+1; pytorch and llmapi; llmapi writes max_draft_len D+1 and needs D+1 <= T <= K*(D+1)); llmapi and "
-                   "vllm default to chain:3, vllm takes chains only; or auto (pytorch: the "
-                   "tree tuned to this machine's measured costs and the draft's acceptance, cached; its default).")
+              help="Draft tree: a name (mc_sim_7b_63, eagle_default), a JSON file (read now; the bundle keeps its "
+                   "choices), chain:N, or dynamic:D,K,T (EAGLE's depth=D, top_k=K, total_token=T+1; SGLang's "
+                   "num-steps D+1, eagle-topk K, num-draft-tokens T+1; pytorch and llmapi; llmapi writes "
+                   "max_draft_len D+1 and needs D+1 <= T <= K*(D+1)). Defaults: trtllm mc_sim_7b_63, llmapi and vllm "
+                   "chain:3 (vllm takes chains only), pytorch auto: the tree tuned to this machine's measured costs "
+                   "and the draft's acceptance, cached. See docs/tree_vocabulary.md.")
 @click.option("--dtype", default="auto", show_default=True,
               help="float16, bfloat16, float32, int8 (pytorch engine on the CPU: int8 linears) or auto.")
 @click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
@@ -82,7 +83,7 @@ def build_cmd(as_json: bool, **options):
     """
     from eagle_trt.build.request import BuildRequest, run_build
 
-    outcome = run_build(BuildRequest(**options), echo=lambda msg: click.echo(msg, err=True))
+    outcome = run_build(BuildRequest.from_options(**options), echo=lambda msg: click.echo(msg, err=True))
     spec, out = outcome.plan.spec, outcome.out
     if as_json:
         if outcome.dry_run and out is None:

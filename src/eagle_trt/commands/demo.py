@@ -38,7 +38,7 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     """
     from eagle_trt.build.bundle import build_bundle, plan_build
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.perf.calibrate import tuned_tree
+    from eagle_trt.tuning.calibrate import tuned_tree
     from eagle_trt.perf.report import summary_table
     from eagle_trt.perf.run import PerfRequest, run_perf
     from eagle_trt.tree import AUTO

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from eagle_trt.commands.options import BASE, DRAFT
-from eagle_trt.perf.datasets import encode_prompt
+from eagle_trt.datasets import encode_prompt
 from eagle_trt.spec import EAGLE_MODEL, PRECISIONS
 from eagle_trt.tree import TREE_ARG_HELP
 
@@ -18,7 +18,7 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
               tree: str, device: str, dtype: str, stream: bool, as_json: bool, draft_vocab: int | None = None) -> dict:
     from transformers import AutoTokenizer
 
-    from eagle_trt.perf.calibrate import resolve_tree
+    from eagle_trt.tuning.calibrate import resolve_tree
     from eagle_trt.runtime import EagleEngine
 
     tree, _ = resolve_tree(tree, base_dir, draft_dir, echo=lambda m: click.echo(m, err=True), device=device,

@@ -44,7 +44,7 @@ def profile_cmd(base_dir, draft_dir, device, dtype, draft_vocab, tokens, context
       eagle-trt profile --base $(eagle-trt demo-model | tail -1) --draft $(eagle-trt demo-model --draft | tail -1) \\
         --dtype int8
     """
-    from eagle_trt.perf.profile import ProfileConfig, format_table, profile_engine
+    from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
     from eagle_trt.runtime import EagleEngine
 
     cfg = ProfileConfig(_ints(tokens), _ints(contexts), repeats=repeats)

@@ -9,6 +9,10 @@ import click
 
 from eagle_trt.commands.options import BASE
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.train.data import DataConfig  # the defaults below are the configs' own
+from eagle_trt.train.eagle1 import TrainConfig
+from eagle_trt.train.eagle3 import Eagle3TrainConfig
+from eagle_trt.train.loop import LoopConfig
 
 
 def _progress(stage: str, total):
@@ -35,26 +39,26 @@ def _progress(stage: str, total):
               help="JSONL of training prompts (prompt/text/turns/ShareGPT conversations).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
 @click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
-@click.option("--max-prompts", type=click.IntRange(min=1), default=512, show_default=True)
+@click.option("--max-prompts", type=click.IntRange(min=1), default=DataConfig.max_prompts, show_default=True)
 @click.option("--gen-tokens", type=click.IntRange(min=1),
-              default=160, show_default=True, help="Answer length per prompt.")
+              default=DataConfig.gen_tokens, show_default=True, help="Answer length per prompt.")
 @click.option("--extra-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
-@click.option("--gen-batch-size", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--gen-batch-size", type=click.IntRange(min=1), default=DataConfig.batch_size, show_default=True,
               help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
 @click.option("--temperature", type=click.FloatRange(min=0.0),
-              default=0.0, show_default=True, help="0 = greedy answers.")
-@click.option("--epochs", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=1e-3, show_default=True)
+              default=DataConfig.temperature, show_default=True, help="0 = greedy answers.")
+@click.option("--epochs", type=click.IntRange(min=1), default=LoopConfig.epochs, show_default=True)
+@click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=LoopConfig.lr, show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1),
               default=None, help="Stop after this many steps (schedule still spans --epochs).")
 @click.option("--batch-size", type=click.IntRange(min=1),
-              default=2048, show_default=True, help="Draft rows (tokens) per step.")
+              default=LoopConfig.chunk_tokens, show_default=True, help="Draft rows (tokens) per step.")
 @click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
-@click.option("--ttt-steps", type=click.IntRange(min=1), default=7, show_default=True,
+@click.option("--ttt-steps", type=click.IntRange(min=1), default=Eagle3TrainConfig.ttt_steps, show_default=True,
               help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=LoopConfig.seed, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the base answers and the draft trains.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
@@ -72,11 +76,8 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     \b
     Example:
       eagle-trt train-draft --base $(eagle-trt demo-model | tail -1) \\
-        --prompts ../shared/data/sharegpt_prompts.jsonl -o smollm2-eagle1 --max-prompts 512
+        --prompts my_prompts.jsonl -o smollm2-eagle1 --max-prompts 512
     """
-    from eagle_trt.train.data import DataConfig
-    from eagle_trt.train.eagle1 import TrainConfig
-    from eagle_trt.train.eagle3 import Eagle3TrainConfig
     from eagle_trt.train.pipeline import TrainRequest, run
 
     if device == "cuda":

@@ -40,7 +40,7 @@ def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
     """(token ids, category) of each prompt the bench runs."""
     from transformers import AutoTokenizer
 
-    from eagle_trt.perf.datasets import encode_prompt, load_dataset, take_prompts
+    from eagle_trt.datasets import encode_prompt, load_dataset, take_prompts
 
     tok = AutoTokenizer.from_pretrained(cfg.base)
     prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
@@ -50,7 +50,7 @@ def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
 def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
     """(row name -> (draft, concrete tree), draft -> its `--tree auto` tuning). With several drafts each row is
     prefixed by the draft's format (or its dir); `auto` rows are named `auto=<the tree it chose>`."""
-    from eagle_trt.perf.calibrate import TuneRequest, tune
+    from eagle_trt.tuning.calibrate import TuneRequest, tune
     from eagle_trt.tree import AUTO
     from eagle_trt.spec import DraftSpec
 
@@ -113,7 +113,7 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
     `checkpoint`, the partial result is rewritten after every prompt."""
     from eagle_trt.runtime import EagleEngine
 
-    from eagle_trt.perf.calibrate import predict
+    from eagle_trt.tuning.calibrate import predict
 
     prompts, categories = _encode_all(cfg)
     settings, tunings = _settings(cfg, echo)

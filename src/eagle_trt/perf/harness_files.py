@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
-from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
+from eagle_trt.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
 from eagle_trt.spec import MODELS
 
 DEFAULT_MAX_TOKENS = 256

@@ -14,7 +14,7 @@ from pathlib import Path
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
-from eagle_trt.perf.datasets import load_dataset, take_prompts, write_aiperf_input
+from eagle_trt.datasets import load_dataset, take_prompts, write_aiperf_input
 from eagle_trt.perf.run import MODELS, bundle_server
 
 DEFAULT_LEVELS = (1, 2, 4, 8)

@@ -14,7 +14,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, MODELS
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
-from eagle_trt.perf.datasets import load_dataset, take_prompts, write_aiperf_input
+from eagle_trt.datasets import load_dataset, take_prompts, write_aiperf_input
 from eagle_trt.perf.report import best_run, build_report, with_rounds, write_report
 
 

@@ -34,7 +34,6 @@ def _inputs(torch, batch, n, prefix, hq, hkv, d, dtype, device):
 
 
 def _time(fn, reps: int, cuda: bool) -> float:
-    import torch
 
     fn()
     if cuda:

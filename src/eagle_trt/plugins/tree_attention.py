@@ -4,7 +4,7 @@ Each program owns one sequence b, one KV head h and a block of tree rows; it pac
 that share h into the tile's M dimension (M = BLOCK_Q * G rows, arithmetic intensity ~ N*G FLOP/byte,
 docs/eagle_algorithms.md §6), streams K/V of the cached prefix once without any mask, and applies the
 TRT-LLM packed bitmask ([N, ceil(N/32)] int32, bit 0 = root) only on the key blocks that hold tree tokens.
-Online softmax in fp32; fp16/bf16/fp32 inputs; ragged batches (cu_q, prefix_lens); contiguous or paged K/V.
+Online softmax in fp32; fp16/bf16/fp32 inputs; ragged batches (cu_q, prefix_lens); contiguous K/V.
 
 Layouts are those of tree_attention_ref.py (the oracle). On a CPU the kernel runs under Triton's interpreter
 (TRITON_INTERPRET=1, tests only); the runtime uses it on CUDA and the reference attention elsewhere.
@@ -29,14 +29,13 @@ if triton is not None:
 
     @triton.jit
     def _tree_attn_kernel(
-        q_ptr, k_ptr, v_ptr, o_ptr, mask_ptr, cu_q_ptr, prefix_ptr, page_table_ptr,
+        q_ptr, k_ptr, v_ptr, o_ptr, mask_ptr, cu_q_ptr, prefix_ptr,
         stride_qt, stride_qh, stride_ot, stride_oh,
-        stride_kb, stride_kh, stride_ks,  # contiguous: [B, Hkv, S, D]; paged: [pages, Hkv, PAGE, D] (kb = page)
-        stride_mt, stride_pt_b,
+        stride_kb, stride_kh, stride_ks,  # [B, Hkv, S, D]
+        stride_mt,
         sm_scale,
         G: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
         W: tl.constexpr,
-        PAGED: tl.constexpr, PAGE: tl.constexpr,
     ):
         b = tl.program_id(0)
         h = tl.program_id(1)
@@ -63,11 +62,7 @@ if triton is not None:
         for start in range(0, kv_end, BLOCK_K):
             kpos = start + kcols  # [BLOCK_K]
             k_ok = kpos < kv_end
-            if PAGED:
-                page = tl.load(page_table_ptr + b * stride_pt_b + kpos // PAGE, mask=k_ok, other=0)
-                base = page * stride_kb + h * stride_kh + (kpos % PAGE) * stride_ks
-            else:
-                base = b * stride_kb + h * stride_kh + kpos * stride_ks
+            base = b * stride_kb + h * stride_kh + kpos * stride_ks  # [BLOCK_K]
             k = tl.load(k_ptr + base[:, None] + d[None, :], mask=k_ok[:, None], other=0.0)  # [BLOCK_K, D]
             v = tl.load(v_ptr + base[:, None] + d[None, :], mask=k_ok[:, None], other=0.0)
             s = tl.dot(q, tl.trans(k)).to(tl.float32) * sm_scale  # [BLOCK_M, BLOCK_K]
@@ -94,13 +89,13 @@ if triton is not None:
 
 
 def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mask: torch.Tensor,
-                   cu_q: torch.Tensor, prefix_lens: torch.Tensor, *, page_table: torch.Tensor | None = None,
+                   cu_q: torch.Tensor, prefix_lens: torch.Tensor, *,
                    sm_scale: float | None = None, max_tree_len: int | None = None, out: torch.Tensor | None = None,
                    block_q: int | None = None, block_k: int = 64) -> torch.Tensor:
     """Attention of every tree token over its sequence's prefix plus its tree ancestors (and itself).
 
-    q [total_q, Hq, D]; k, v [B, Hkv, S, D] (contiguous) or [num_pages, Hkv, PAGE, D] with page_table
-    [B, max_pages] int32 (paged); packed_mask [total_q, W] int32; cu_q [B+1] int32; prefix_lens [B] int32.
+    q [total_q, Hq, D]; k, v [B, Hkv, S, D]; packed_mask [total_q, W] int32; cu_q [B+1] int32; prefix_lens [B]
+    int32.
     Returns [total_q, Hq, D] in q's dtype.
     """
     if triton is None:
@@ -116,16 +111,14 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
         block_q = max(1, min(triton.next_power_of_2(max_tree_len), max(1, 64 // group)))
     block_m = max(16, triton.next_power_of_2(block_q * group))  # tl.dot needs M >= 16
     out = torch.empty_like(q) if out is None else out
-    paged = page_table is not None
     grid = (batch, hkv, triton.cdiv(max_tree_len, block_q))
     _tree_attn_kernel[grid](
-        q, k, v, out, packed_mask, cu_q, prefix_lens, page_table if paged else cu_q,
+        q, k, v, out, packed_mask, cu_q, prefix_lens,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k.stride(0), k.stride(1), k.stride(2),
-        packed_mask.stride(0), page_table.stride(0) if paged else 0,
+        packed_mask.stride(0),
         sm_scale if sm_scale is not None else d ** -0.5,
         G=group, D=d, BLOCK_Q=block_q, BLOCK_M=block_m, BLOCK_K=block_k, W=packed_mask.shape[1],
-        PAGED=paged, PAGE=k.shape[2] if paged else 1,
     )
     return out
 
@@ -139,7 +132,7 @@ def _check_inputs(q, k, v, packed_mask, cu_q, batch: int) -> None:
         (hq % hkv == 0, f"{hq} query heads are not a multiple of {hkv} KV heads", "pass a GQA layout"),
         (d in HEAD_DIMS, f"head dim {d} is not supported", f"use a head dim in {HEAD_DIMS}"),
         (k.shape == v.shape and k.shape[-1] == d, f"k {tuple(k.shape)} / v {tuple(v.shape)} / head dim {d}",
-         "k and v must be [B, Hkv, S, D] (or paged) with q's head dim"),
+         "k and v must be [B, Hkv, S, D] with q's head dim"),
         (packed_mask.dtype == torch.int32 and packed_mask.shape[0] == total_q,
          f"packed_mask is {packed_mask.dtype} {tuple(packed_mask.shape)}, not int32 [{total_q}, W]",
          "pack the tree mask with eagle_trt.tree.pack_mask"),

@@ -48,10 +48,3 @@ def tree_attention_ref(q, k, v, packed_mask, cu_q, prefix_lens, sm_scale: float 
             ob = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ vb
         out[a:e] = ob.transpose(0, 1).to(q.dtype)
     return out
-
-
-def gather_paged(pages: torch.Tensor, page_table: torch.Tensor, length: int) -> torch.Tensor:
-    """[num_pages, Hkv, P, D] + one sequence's page row -> its contiguous [Hkv, length, D]."""
-    size = pages.shape[2]
-    n_pages = -(-length // size)
-    return torch.cat([pages[int(page_table[i])] for i in range(n_pages)], dim=1)[:, :length]

@@ -40,7 +40,7 @@ class DataConfig:
 def read_prompts(path: str | Path, limit: int | None = None) -> list[str]:
     """First user turns from a JSONL file ({"prompt"|"text": ...}, {"turns": [...]}, ShareGPT conversations,
     OpenAI messages): the same reader the benchmarks use."""
-    from eagle_trt.perf.datasets import jsonl_prompts
+    from eagle_trt.datasets import jsonl_prompts
 
     prompts = [p.text for p in jsonl_prompts(path) if p.text.strip()]
     if not prompts:

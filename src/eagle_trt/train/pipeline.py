@@ -47,7 +47,7 @@ class TrainRequest:
 def eval_set_texts() -> set[str]:
     """First turns of MT-bench and HumanEval prompts (packaged copies), to keep them out of training data."""
     texts = set()
-    from eagle_trt.perf.datasets import humaneval_prompts, mtbench_prompts
+    from eagle_trt.datasets import humaneval_prompts, mtbench_prompts
 
     for p in mtbench_prompts():
         texts.add(p.text.strip())

@@ -21,7 +21,6 @@ Copied as model_repository/{eagle_engine,base_engine}/1/model.py.
 """
 
 import json
-import os
 import queue
 import threading
 from collections import OrderedDict

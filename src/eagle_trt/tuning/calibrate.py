@@ -1,6 +1,6 @@
-"""`--tree auto`, the measurements: the cost table of this machine (perf/profile.py) and the draft's acceptance by depth
+"""`--tree auto`, the measurements: the cost table of this machine (tuning/profile.py) and the draft's acceptance by depth
 and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), from which
-perf/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
+tuning/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
 the same prompts, and the fastest measured is the choice. The result is cached per (base, draft,
 device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
 SmolLM2 on 2 CPU cores).
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from eagle_trt.perf.profile import ProfileConfig, profile_engine
-from eagle_trt.perf.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
+from eagle_trt.tuning.profile import ProfileConfig, profile_engine
+from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
 from eagle_trt.tree import AUTO, Tree, TreeConfig, resolve
 
 TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
@@ -81,7 +81,7 @@ class AcceptanceCounter:
 def _prompts(base: Path, n: int) -> list[list[int]]:
     from transformers import AutoTokenizer
 
-    from eagle_trt.perf.datasets import encode_prompt, load_dataset
+    from eagle_trt.datasets import encode_prompt, load_dataset
 
     tok = AutoTokenizer.from_pretrained(base)
     return [encode_prompt(tok, p.text, chat=bool(getattr(tok, "chat_template", None)))[-384:]
@@ -101,9 +101,8 @@ def _run(engine, prompts, max_tokens) -> tuple[float, float]:
 
 def _code_digest() -> str:
     """The runtime's and the tuner's source: a change to either can move every cost, so it re-tunes."""
-    here = Path(__file__).resolve().parent
-    files = sorted((here.parent / "runtime").glob("*.py")) + [here / "profile.py", here / "calibrate.py",
-                                                               here / "tree_tuner.py"]
+    here = Path(__file__).resolve().parent  # the tuning package
+    files = sorted((here.parent / "runtime").glob("*.py")) + sorted(here.glob("*.py"))
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
@@ -180,7 +179,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
 
 def predict(result: dict, arg: str) -> TreeChoice | None:
     """The tuner's prediction for another tree setting, from a tune() result (None if it cannot tell)."""
-    from eagle_trt.perf.tree_tuner import static_step_ms
+    from eagle_trt.tuning.tree_tuner import static_step_ms
 
     cost = CostModel.from_profile(result["profile"], int(result["context"]), result["overhead_ms"],
                                   result["plain_overhead_ms"])

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
 
-PACKAGED_MT_BENCH = Path(__file__).resolve().parent.parent / "data" / "mt_bench_question.jsonl"
+PACKAGED_MT_BENCH = Path(__file__).resolve().parent / "data" / "mt_bench_question.jsonl"
 # The first 48 ShareGPT first turns of shared/data/sharegpt_prompts.jsonl: held out of the shipped drafts' training
 # (train-draft holds out the first 5 % of its prompts), used to calibrate `--tree auto`. Never MT-bench or HumanEval.
-PACKAGED_CALIBRATION = Path(__file__).resolve().parent.parent / "data" / "calibration_prompts.jsonl"
+PACKAGED_CALIBRATION = Path(__file__).resolve().parent / "data" / "calibration_prompts.jsonl"
 
 
 @dataclass(frozen=True)

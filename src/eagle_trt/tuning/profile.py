@@ -1,6 +1,6 @@
 """The engine's cost table on this machine: a base forward over T tokens at a few context lengths, and one draft step
 per width (a draft forward over W rows and the top-k of their next-token distributions). `eagle-trt profile` prints
-it; the tree tuner (perf/tree_tuner.py) reads it to predict what a tree costs.
+it; the tree tuner (tuning/tree_tuner.py) reads it to predict what a tree costs.
 
 Timings are the best of `repeats` rounds after a warm-up, the sizes interleaved within each round (so a noisy
 moment on a shared machine hits one sample, not one size), through the same engine (`EagleEngine.load`) that serves:
@@ -10,7 +10,6 @@ plain decoding is the T = 1 row, so every ratio compares the engine with itself 
 from __future__ import annotations
 
 import platform
-import statistics
 import time
 from dataclasses import dataclass
 

@@ -1,9 +1,9 @@
 """`--tree auto`, the arithmetic: pick the tree that maximises expected accepted tokens per second on this machine.
 
-Inputs: a cost model (perf/profile.py's table: a base forward over T tokens, a draft forward over W rows, a top-k)
+Inputs: a cost model (tuning/profile.py's table: a base forward over T tokens, a draft forward over W rows, a top-k)
 and the draft's acceptance statistics, `p[d][r]` = probability that the base's next token is the draft's rank-r
 candidate at depth d+1, given the path to the parent was accepted (measured along the rank-0 spine on calibration
-prompts, perf/calibrate.py; assumed the same for every parent at that depth, as Sequoia does).
+prompts, tuning/calibrate.py; assumed the same for every parent at that depth, as Sequoia does).
 
 A static tree's expected accepted length is 1 + the sum over its nodes of the product of p along the node's path.
 Node values only shrink going down (p <= 1) and, with p[d] decreasing in rank, going right, so the best tree of
@@ -154,8 +154,3 @@ def ranked_static_trees(accept: list[list[float]], cost: CostModel, max_nodes: i
         choice = TreeChoice(tree_arg(tree), accepted, static_step_ms(tree, cost, accepted), cost.plain_step())
         choices.setdefault(choice.arg, choice)
     return sorted(choices.values(), key=lambda c: -c.tok_per_s)
-
-
-def best_static_tree(accept: list[list[float]], cost: CostModel, max_nodes: int = 32) -> TreeChoice:
-    """The static tree (or chain) of at most max_nodes nodes with the most predicted tokens per second."""
-    return ranked_static_trees(accept, cost, max_nodes)[0]
