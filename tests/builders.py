@@ -222,7 +222,7 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
     machine (and a renamed BuildSpec field breaks the tests that use it)."""
     import dataclasses
 
-    from eagle_trt.build_spec import BuildSpec, TrtllmLimits
+    from eagle_trt.build_spec import BuildSpec, TrtllmSettings
     from eagle_trt.spec import DraftSpec, ModelSpec
     from eagle_trt.tree import Tree, TreeConfig, resolve
 
@@ -244,8 +244,9 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
     static = TreeConfig("static", tree=Tree.from_choices([[0], [1], [0, 0], [0, 1], [0, 0, 0]]))
     tree = {"trtllm": static, "vllm": resolve("chain:3")}.get(engine, resolve("dynamic:5,8,48"))
     spec = BuildSpec(base=base, draft=draft, engine=engine, tree=tree, dtype="float16",
-                     backend_version=backend_version, max_input_len=1024, max_seq_len=2048,
-                     trtllm=TrtllmLimits(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10)
+                     max_input_len=1024, max_seq_len=2048,
+                     trtllm=TrtllmSettings(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10,
+                                           backend_version=backend_version)
                      if engine == "trtllm" else None)
     return dataclasses.replace(spec, **changes)
 

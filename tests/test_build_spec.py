@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle_trt.build_spec import SPEC_FILE, BuildSpec, TrtllmLimits
+from eagle_trt.build_spec import SPEC_FILE, BuildSpec, TrtllmSettings
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree import Tree
 
@@ -13,7 +13,7 @@ from eagle_trt.tree import Tree
 def test_trtllm_defaults_follow_the_default_tree(tiny_base, eagle1_draft):
     spec = BuildSpec.create(tiny_base, eagle1_draft, engine="trtllm", max_seq_len=512, max_input_len=256)
     assert spec.tree.tree == Tree.named("mc_sim_7b_63") and spec.tree.source == "mc_sim_7b_63"
-    assert spec.trtllm == TrtllmLimits(max_draft_len=63, num_eagle_layers=4, max_non_leaves_per_layer=10)
+    assert spec.trtllm == TrtllmSettings(max_draft_len=63, num_eagle_layers=4, max_non_leaves_per_layer=10)
     assert spec.dtype == "float16"  # fp32 base -> fp16 engine
     assert spec.draft_format == "eagle1"
 
@@ -55,7 +55,9 @@ def test_every_problem_is_listed(tiny_base, eagle1_draft):
     ({"engine": "pytorch", "max_batch_size": 0}, "max_batch_size must be a positive integer"),
     ({"engine": "pytorch", "max_input_len": 300, "max_seq_len": 300}, "must be < max_seq_len"),
     ({"engine": "pytorch", "tree": "dynamic:1"}, "tree: invalid dynamic tree"),
-    ({"engine": "pytorch", "max_draft_len": 8}, "size TensorRT-LLM engines"),
+    ({"engine": "pytorch", "max_draft_len": 8}, "describe TensorRT-LLM engines"),
+    ({"engine": "pytorch", "backend_version": "0.18"}, "describe TensorRT-LLM engines"),
+    ({"engine": "trtllm", "backend_version": "one"}, "backend"),
     ({"engine": "trtllm", "max_draft_len": 300}, "max_draft_len 300 > 256"),
     ({"engine": "trtllm", "tree": "dynamic:5,8,48"}, "needs a static tree"),
     ({"engine": "pytorch", "tp_size": 2}, "tp_size must be 1"),

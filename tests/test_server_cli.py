@@ -122,7 +122,8 @@ def test_a_bundle_for_another_backend_is_refused_with_a_hint(tmp_path):
     spec = SimpleNamespace(engine="trtllm", max_batch_size=4, max_input_len=64, max_seq_len=128, chat_template=True,
                            base=SimpleNamespace(path=tmp_path, eos_token_ids=(2,)),
                            draft=SimpleNamespace(path=tmp_path), device="cuda", dtype="float16", tp_size=1,
-                           tree=resolve("chain:2"), backend_version="1.2")
+                           tree=resolve("chain:2"),
+                           trtllm=SimpleNamespace(backend_version="1.2"))
     write_model_repository(spec, tmp_path / "repo", bundle_dir=tmp_path)
     with pytest.raises(EagleTrtError, match=r"backend\(s\) \['tensorrtllm'\]"):
         TritonServer(tmp_path / "repo", models=["eagle_model"]).start()

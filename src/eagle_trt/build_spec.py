@@ -26,26 +26,36 @@ DTYPES = PRECISIONS
 
 
 @dataclass(frozen=True)
-class TrtllmLimits:
-    """The EAGLE sizes a TensorRT-LLM engine is built with (its checkpoint's config.json; trtllm-build's names):
-    draft tokens per step, EagleNets (= the tree's depth) and non-leaf nodes per depth. Only trtllm bundles have
-    them; the defaults come from the bundle's tree."""
+class TrtllmSettings:
+    """What only a trtllm bundle has: the EAGLE sizes its TensorRT engine is built with (the checkpoint's
+    config.json; trtllm-build's names: draft tokens per step, EagleNets = the tree's depth, non-leaf nodes per
+    depth; by default from the bundle's tree), and the tensorrtllm backend release its configs target."""
 
     max_draft_len: int
     num_eagle_layers: int
     max_non_leaves_per_layer: int
+    backend_version: str = DEFAULT_BACKEND_VERSION
 
     @classmethod
     def of(cls, tree: TreeConfig, max_draft_len: int | None = None, num_eagle_layers: int | None = None,
-           max_non_leaves_per_layer: int | None = None) -> TrtllmLimits:
+           max_non_leaves_per_layer: int | None = None, backend_version: str | None = None) -> TrtllmSettings:
         return cls(tree.tree.num_nodes if max_draft_len is None else max_draft_len,
                    tree.tree.depth if num_eagle_layers is None else num_eagle_layers,
                    max(tree.tree.non_leaves_per_depth()) if max_non_leaves_per_layer is None
-                   else max_non_leaves_per_layer)
+                   else max_non_leaves_per_layer, backend_version or DEFAULT_BACKEND_VERSION)
+
+    def engine_sizes(self) -> dict:
+        """The three sizes, as the EAGLE checkpoint's config.json names them."""
+        return {"max_draft_len": self.max_draft_len, "num_eagle_layers": self.num_eagle_layers,
+                "max_non_leaves_per_layer": self.max_non_leaves_per_layer}
 
     def problems(self, tree: TreeConfig) -> list[str]:
-        found = [f"{name} must be a positive integer, got {value!r}" for name, value in vars(self).items()
+        found = [f"{name} must be a positive integer, got {value!r}" for name, value in self.engine_sizes().items()
                  if not isinstance(value, int) or value < 1]
+        try:
+            parse_backend_version(self.backend_version)
+        except EagleTrtError as exc:
+            found.append(exc.message)
         if found:
             return found
         if self.max_draft_len > MAX_DRAFT_TOKENS:
@@ -71,10 +81,9 @@ class BuildSpec:
     max_input_len: int = 4096
     max_seq_len: int = 8192
     max_num_tokens: int = 8192
-    trtllm: TrtllmLimits | None = None  # engine trtllm only
+    trtllm: TrtllmSettings | None = None  # engine trtllm only
     device: str = "cpu"
     chat_template: bool = True
-    backend_version: str = DEFAULT_BACKEND_VERSION  # tensorrtllm backend release the trtllm configs target
     draft_vocab: int | None = None  # pytorch engine: FR-Spec draft vocabulary (None: the draft's file; 0: full)
     tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (tuning/calibrate.py)
     # llmapi/vllm: the copy of the draft in the layout that engine reads, written into the bundle, and why
@@ -100,7 +109,7 @@ class BuildSpec:
                    max_seq_len: int | None = None, max_num_tokens: int | None = None,
                    max_draft_len: int | None = None, num_eagle_layers: int | None = None,
                    max_non_leaves_per_layer: int | None = None, device: str = "cpu", chat_template: bool = True,
-                   backend_version: str = DEFAULT_BACKEND_VERSION, draft_vocab: int | None = None,
+                   backend_version: str | None = None, draft_vocab: int | None = None,
                    tree_tuning: dict | None = None) -> BuildSpec:
         """Resolve the tree for the engine (None: its default), fill defaults from the tree and the base, and
         validate everything (`validate`). The max_draft_len group applies to engine trtllm only."""
@@ -110,11 +119,11 @@ class BuildSpec:
             tree = resolve(tree, engine)
         except EagleTrtError as exc:
             raise EagleTrtError(f"invalid build settings: tree: {exc.message}", exc.hint) from None
-        limits = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)
-        if engine != "trtllm" and any(v is not None for v in limits):
-            raise EagleTrtError(f"max_draft_len, num_eagle_layers and max_non_leaves_per_layer size TensorRT-LLM "
-                                f"engines; engine {engine} takes its sizes from the tree ({tree.label()})",
-                                "drop them, or build with --engine trtllm")
+        trtllm_only = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer, backend_version)
+        if engine != "trtllm" and any(v is not None for v in trtllm_only):
+            raise EagleTrtError(f"max_draft_len, num_eagle_layers, max_non_leaves_per_layer and backend_version "
+                                f"describe TensorRT-LLM engines and their backend; engine {engine} takes its sizes "
+                                f"from the tree ({tree.label()})", "drop them, or build with --engine trtllm")
         if dtype == "auto":
             dtype = auto_dtype(base.torch_dtype, engine, device)
         if max_seq_len is None:  # None means "from the base"; 0 or less is refused by validate(), never defaulted
@@ -125,8 +134,8 @@ class BuildSpec:
             base=base, draft=draft, engine=engine, tree=tree, dtype=dtype,
             tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
             max_num_tokens=8192 if max_num_tokens is None else max_num_tokens,
-            trtllm=TrtllmLimits.of(tree, *limits) if engine == "trtllm" else None,
-            device=device, chat_template=chat_template, backend_version=backend_version, draft_vocab=draft_vocab,
+            trtllm=TrtllmSettings.of(tree, *trtllm_only) if engine == "trtllm" else None,
+            device=device, chat_template=chat_template, draft_vocab=draft_vocab,
             tree_tuning=tree_tuning,
         )
         spec.validate()
@@ -181,11 +190,6 @@ class BuildSpec:
                             "engine sizes (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)")
         elif self.trtllm is not None:
             problems += self.trtllm.problems(self.tree)
-        if self.engine == "trtllm":
-            try:
-                parse_backend_version(self.backend_version)
-            except EagleTrtError as exc:
-                problems.append(exc.message)
         if problems:
             raise EagleTrtError("invalid build settings: " + "; ".join(problems),
                                 "change the options named above (see `eagle-trt build --help`)")
@@ -211,7 +215,7 @@ class BuildSpec:
     def acceptance_figures(self) -> bool:
         """Whether the bundle's eagle_model answers acceptance figures (and takes return_perf_metrics): every engine
         kind but a trtllm bundle for a backend before 0.19. The perf harness asks for them only then."""
-        return self.engine != "trtllm" or backend_contract(self.backend_version).perf_metrics
+        return self.engine != "trtllm" or backend_contract(self.trtllm.backend_version).perf_metrics
 
     # ---- persistence --------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -234,7 +238,7 @@ class BuildSpec:
         data["draft"] = _spec_from_dict(DraftSpec, data["draft"]) if data.get("draft") else None
         data["tree"] = TreeConfig.from_dict(data.get("tree"), where=f"{SPEC_FILE} tree")
         if data.get("trtllm") is not None:
-            data["trtllm"] = TrtllmLimits(**data["trtllm"])
+            data["trtllm"] = TrtllmSettings(**data["trtllm"])
         return cls(**data)
 
     def save(self, path: str | Path) -> Path:

@@ -11,7 +11,6 @@ renamed at the end; an interrupted run (Ctrl-C, SIGTERM) leaves no checkpoint be
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import signal
@@ -62,7 +61,7 @@ def checkpoint_config(spec: BuildSpec, speculative: bool = True) -> dict:
                    base.max_position_embeddings, base.rope_theta, scaling, base.rms_norm_eps)
     if draft is None:
         return cfg
-    cfg |= dataclasses.asdict(spec.trtllm)  # max_draft_len, num_eagle_layers, max_non_leaves_per_layer
+    cfg |= spec.trtllm.engine_sizes()  # max_draft_len, num_eagle_layers, max_non_leaves_per_layer
     # rope settings come from the base and are reused for the EagleNets (convert_checkpoint.py)
     cfg["eagle_net_config"] = {"architecture": "LlamaForCausalLM"} | _common(
         spec.dtype, spec.tp_size, 1, draft.num_attention_heads, draft.num_key_value_heads, draft.hidden_size,

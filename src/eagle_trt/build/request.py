@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from eagle_trt.backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.build.bundle import BuildPlan, build_bundle, choose_engine, plan_build
 from eagle_trt.model_repository import ServingOptions
 from eagle_trt.tree import AUTO
@@ -33,7 +32,7 @@ class BuildRequest:
     max_input_len: int | None = None
     max_seq_len: int | None = None
     tp_size: int = 1
-    backend_version: str = DEFAULT_BACKEND_VERSION
+    backend_version: str | None = None  # trtllm only (None: backend.DEFAULT_BACKEND_VERSION)
     chat_template: bool = True
     serving: ServingOptions = ServingOptions()
     dry_run: bool = False

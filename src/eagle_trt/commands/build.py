@@ -43,8 +43,9 @@ from eagle_trt.commands.options import CheckpointPath
               default=None, help="Prompt + generated tokens (default from the base).")
 @click.option("--tp", "tp_size", type=click.IntRange(min=1),
               default=1, show_default=True, help="Tensor-parallel size (trtllm).")
-@click.option("--backend-version", default=DEFAULT_BACKEND_VERSION, show_default=True,
-              help="trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR); it decides "
+@click.option("--backend-version", default=None,
+              help=f"trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR, default "
+                   f"{DEFAULT_BACKEND_VERSION}); it decides "
                    "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
                    "and the acceptance outputs exist (from 0.19). See README, Engines.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,

@@ -85,7 +85,7 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
         elif spec.engine == "trtllm":
             engine_dir = bundle_dir / "engines" / ("eagle" if speculative else "base")
-            contract = backend_contract(spec.backend_version)
+            contract = backend_contract(spec.trtllm.backend_version)
             configs[engine_name] = trtllm_engine_config(spec, options, engine_name, engine_dir, speculative,
                                                         contract)
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False,
