@@ -32,7 +32,9 @@ from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, parse_tree_arg
 
 @dataclass
 class GenerationStats:
-    """Per request. accepted_lengths: tokens committed per verify step (bonus included)."""
+    """Per request. accepted_lengths: tokens committed per verify step (bonus included). prefill_time_s: the base
+    and draft passes over the prompt; draft_time_s: the draft's update with the accepted positions and its tree;
+    verify_time_s: the base forward over the tree and acceptance."""
 
     steps: int = 0
     accepted_lengths: list[int] = field(default_factory=list)
@@ -268,6 +270,9 @@ class EagleEngine:
                 tree = root_only(root, self.device)
             else:
                 root_draft = yield update  # the root's draft output [1, H] and its top-k
+                if stats.steps == 0:  # the draft's pass over the prompt: prefill
+                    t0, t_prefill = clock.mark(), t0
+                    clock.add(stats, "prefill_time_s", t_prefill, t0)
                 tree = yield from self._tree_steps(root, root_draft, length, draft_cache)
             t1 = clock.mark()
             positions = length + tree.depths  # [N+1]
