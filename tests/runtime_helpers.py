@@ -30,17 +30,19 @@ class OracleDraft(DraftHead):
     def base_features(self, hidden, captured):
         return hidden
 
-    def forward(self, input_ids, features, positions, start, mask=None):
-        return torch.stack((positions.float(), input_ids.float()), dim=-1)  # [T, 2]: what topk needs
+    def hidden_packed(self, calls):
+        return [torch.stack((c.positions.float(), c.input_ids.float()), dim=-1) for c in calls]  # [T, 2] each
 
-    def topk(self, out, k):
+    def log_probs(self, out):
+        """[T, V]: 0 for the oracle's token, then -1, -2, ... for the others in id order (their top-k order)."""
         rows = []
         for pos, tok in out.long().tolist():
             best = self.seq[pos + 2] if pos + 2 < len(self.seq) and self.seq[pos + 1] == tok else (tok + 1) % self.vocab
-            fillers = [t for t in range(self.vocab) if t != best][: k - 1]
-            rows.append([best] + fillers)
-        ids = torch.tensor(rows, dtype=torch.long, device=out.device)  # [T, k]
-        return -torch.arange(k, dtype=torch.float32, device=out.device).expand(len(rows), k).clone(), ids
+            row = torch.empty(self.vocab)
+            row[[t for t in range(self.vocab) if t != best]] = -torch.arange(1, self.vocab, dtype=torch.float32)
+            row[best] = 0.0
+            rows.append(row)
+        return torch.stack(rows).to(out.device)  # [T, V]
 
 
 def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleEngine:

@@ -45,7 +45,8 @@ def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_engine):
     equals the same engine's plain int8 decoding of that prompt alone, token for token."""
     batcher = Batcher(int8_engine, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;none"))
     slots = [batcher.start(p, 12, key=i) for i, p in enumerate(PROMPTS)]
-    assert [s.tree for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "none"]
+    assert [s.tree_label for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "none"]
+    assert slots[0].tree == resolve("chain:3") and slots[3].tree is None
     tokens = {i: [] for i in range(len(PROMPTS))}
     rounds = 0
     while batcher.active:
@@ -54,7 +55,7 @@ def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_engine):
         rounds += 1
     assert all(s.done and s.error is None for s in slots)
     for i, prompt in enumerate(PROMPTS):
-        assert tokens[i] == _plain_alone(int8_engine, prompt, 12), f"request {i} ({slots[i].tree})"
+        assert tokens[i] == _plain_alone(int8_engine, prompt, 12), f"request {i} ({slots[i].tree_label})"
     assert rounds <= 13  # one base forward per round for all four, not one per request
 
 

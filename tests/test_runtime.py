@@ -6,7 +6,8 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime import EagleEngine, SamplingParams
-from eagle_trt.runtime.drafting import draft_dynamic
+from eagle_trt.runtime.draft import DraftCall
+from eagle_trt.runtime.drafting import dynamic_tree, run_alone
 from runtime_helpers import OracleDraft, tiny_engine
 
 TREES = ["chain:1", "chain:4", "static:mc_sim_7b_63", "static:eagle_default", "static:[[0],[1],[0,0],[0,1],[1,0]]",
@@ -113,8 +114,10 @@ def test_dynamic_tree_node_count_and_parents_first():
     torch.manual_seed(0)
     ids = torch.tensor(prompt)
     _, hidden, _ = engine.base(ids, torch.arange(4), 0)
-    out = engine.draft(torch.tensor([2, 3, 4, 5]), hidden, torch.arange(4), 0)[-1:]
-    tree = draft_dynamic(engine.draft, 4, 3, 12, 5, out, 4)
+    cache = engine.draft.cache
+    root = engine.draft.forward_packed([DraftCall(torch.tensor([2, 3, 4, 5]), hidden, torch.arange(4), 0, cache,
+                                                  top_k=3, last_only=True)])[0]
+    tree = run_alone(engine.draft, dynamic_tree(4, 3, 12, 5, root, 4, cache))
     assert tree.num_draft_tokens == 12 and tree.tokens[0].item() == 5
     assert all(0 <= p < i for i, p in enumerate(tree.parents) if i)  # parents come first
     assert tree.depths.max().item() <= 5
@@ -155,5 +158,5 @@ def test_mismatched_draft_is_refused(tiny_base, tmp_path):
     draft = builders.make_eagle1_draft(tmp_path / "d", other)
     with pytest.raises(EagleTrtError, match="hidden_size 32 != base hidden_size 64"):
         EagleEngine.load(tiny_base, draft)
-    with pytest.raises(EagleTrtError, match="invalid tree spec"):
+    with pytest.raises(EagleTrtError, match="unknown tree 'bogus'"):
         EagleEngine.load(tiny_base, None, tree="bogus")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle_trt.runtime.draft import DraftHead
-from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static
+from eagle_trt.runtime.draft import DraftHead, DraftOut
+from eagle_trt.runtime.drafting import DraftTree, StaticPlan, dynamic_tree, run_alone, static_tree
 from eagle_trt.runtime.model import KVCache
 from eagle_trt.runtime.verify import Acceptance, accept_greedy
 from eagle_trt.tree import Tree
@@ -92,22 +92,26 @@ class ScriptedDraft(DraftHead):
         self.table = table
         self.calls: list[list[int]] = []
 
-    def forward(self, input_ids, features, positions, start, mask=None):
-        self.calls.append(input_ids.tolist())
-        return torch.nn.functional.one_hot(input_ids, V).float()  # [T, H=V]
+    def hidden_packed(self, calls):
+        self.calls += [c.input_ids.tolist() for c in calls]
+        return [torch.nn.functional.one_hot(c.input_ids, V).float() for c in calls]  # [T, H=V] each
 
     def log_probs(self, out):
         return torch.log_softmax(out @ self.table, dim=-1)  # [T, V]
 
 
-def root_out(token: int) -> torch.Tensor:
-    return torch.nn.functional.one_hot(torch.tensor([token]), V).float()  # [1, H]
+def root_out(draft: DraftHead, token: int, k: int) -> DraftOut:
+    """The root's draft output [1, H] with its top-k, as the engine's update call returns it."""
+    out = torch.nn.functional.one_hot(torch.tensor([token]), V).float()  # [1, H]
+    return DraftOut(out, *draft.topk(out, k))
 
 
 def test_static_drafting_fills_each_node_with_its_rank():
     tree = Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0]])
     draft = ScriptedDraft()
-    out = draft_static(draft, StaticPlan.of(tree), root=0, root_out=root_out(0), stable=4)
+    plan = StaticPlan.of(tree)
+    out = run_alone(draft, static_tree(plan, root=0, root_draft=root_out(draft, 0, plan.root_k), stable=4,
+                                       cache=None))
     # node 1 = rank 0 of token 0, node 2 = rank 1 of token 0, nodes 3, 4 = ranks 0, 1 of token 1, node 5 = rank 0 of 2
     assert out.tokens.tolist() == [0, 1, 2, 3, 4, 5]
     assert out.parents == [-1, 0, 0, 1, 1, 2]
@@ -121,7 +125,8 @@ def test_dynamic_drafting_expands_the_best_frontier_and_keeps_the_best_pool():
     1->4: -3.54, 2->5: -1.93, 2->6: -2.43; the frontier is {1->3, 2->5}, then 1->3->7: -0.76, 1->3->0: -2.76,
     2->5->6: -2.22, 2->5->7: -3.72. The best four are 1, 1->3, 1->3->7 and 2."""
     draft = ScriptedDraft()
-    out = draft_dynamic(draft, depth=2, top_k=2, total_tokens=4, root=0, root_out=root_out(0), stable=3)
+    out = run_alone(draft, dynamic_tree(depth=2, top_k=2, total_tokens=4, root=0, root_draft=root_out(draft, 0, 2),
+                                        stable=3, cache=None))
     assert out.tokens.tolist() == [0, 1, 2, 3, 7]
     assert out.parents == [-1, 0, 0, 1, 3]
     assert out.depths.tolist() == [0, 1, 1, 2, 3]

@@ -1,8 +1,12 @@
 """Several requests through one engine at once. Each round advances every running request to its next base forward
-(prefill or verify), runs those forwards as one packed forward (`Llama.forward_packed`: every linear layer reads
-its weights once for all rows; attention stays per request, over the request's own KV cache) and hands each
-request its rows back. Drafting stays per request. Outputs are those of running each request alone: with int8
-linears and exact attention bit for bit, otherwise to the same float tolerance as any change of batch shape.
+(prefill or verify). On the way each request asks for its draft forwards (the update with the accepted positions,
+then one per tree depth): the requests waiting on a draft forward run as one packed draft forward
+(`DraftHead.forward_packed`, each request's rows over its own draft cache, its top-k from one head matmul), phase
+after phase until every request waits on its base forward. Those run as one packed forward
+(`Llama.forward_packed`: every linear layer reads its weights once for all rows; attention stays per request, over
+the request's own KV cache) and each request gets its rows back. Outputs are those of running each request alone:
+with int8 linears and exact attention bit for bit, otherwise to the same float tolerance as any change of batch
+shape.
 
 Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
 running when it starts, down to plain decoding (`none`) through the same engine.
@@ -21,7 +25,8 @@ from dataclasses import dataclass
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.load_policy import LoadPolicy
+from eagle_trt.load_policy import PLAIN, LoadPolicy
+from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.engine import EagleEngine, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree import TreeConfig
@@ -32,11 +37,15 @@ class Slot:
     """One running request: its generation, its KV caches, and how it ended."""
 
     key: object
-    tree: str  # its tree's label (or "none": plain decoding), for logs
+    tree: TreeConfig | None  # what it drafts with (load policy); None: plain decoding
     generation: Generation | None = None
     caches: tuple | None = None
     done: bool = False
     error: Exception | None = None
+
+    @property
+    def tree_label(self) -> str:
+        return self.tree.label() if self.tree is not None else PLAIN
 
 
 class Batcher:
@@ -65,7 +74,7 @@ class Batcher:
         tree = self.policy.tree_for(len(self.active) + 1)
         view = self.views[tree]
         caches = self.spare.pop() if self.spare else self._new_caches()
-        slot = Slot(key, tree.label() if tree is not None else "none", caches=caches)
+        slot = Slot(key, tree, caches=caches)
         try:
             slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
                                             caches=(caches[0], caches[1] if view.draft is not None else None))
@@ -76,29 +85,47 @@ class Batcher:
         return slot
 
     def round(self) -> list[tuple[Slot, StepOutput]]:
-        """Advance every running request to its next base forward, run them packed, answer them. Returns the
-        StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
-        events, calls = [], []
+        """Advance every running request to its next base forward, running the draft forwards on the way packed
+        phase by phase (all requests waiting on a draft forward form one; a request whose tree needs fewer draft
+        forwards waits on its base forward meanwhile), then run the base forwards packed and answer them. Returns
+        the StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
+        events: list[tuple[Slot, StepOutput]] = []
+        waiting = {}  # slot -> the BaseCall or DraftCall it waits on
         for slot in list(self.active):
-            try:
-                while True:
-                    item = slot.generation.advance()
-                    if isinstance(item, StepOutput):
-                        events.append((slot, item))
-                        continue
-                    calls.append((slot, item))
-                    break
-            except StopIteration:
-                self._finish(slot)
-            except Exception as exc:  # noqa: BLE001 - one failed request must not take the others down
-                slot.error = exc
-                self._finish(slot)
-        if calls:
+            self._advance(slot, events, waiting)
+        while True:
+            drafts = [(slot, call) for slot, call in waiting.items() if isinstance(call, DraftCall)]
+            if not drafts:
+                break
+            with torch.inference_mode():
+                answers = self.engine.draft.forward_packed([c for _, c in drafts])
+            for (slot, _), answer in zip(drafts, answers):
+                del waiting[slot]
+                slot.generation.answer(answer)
+                self._advance(slot, events, waiting)
+        if waiting:
+            calls = list(waiting.items())
             with torch.inference_mode():
                 results = self.engine.base.forward_packed([c for _, c in calls], self.engine.capture)
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
         return events
+
+    def _advance(self, slot: Slot, events: list, waiting: dict) -> None:
+        """Resume `slot` until it waits on a forward (recorded in `waiting`) or ends; its StepOutputs go to events."""
+        try:
+            while True:
+                item = slot.generation.advance()
+                if isinstance(item, StepOutput):
+                    events.append((slot, item))
+                    continue
+                waiting[slot] = item
+                return
+        except StopIteration:
+            self._finish(slot)
+        except Exception as exc:  # noqa: BLE001 - one failed request must not take the others down
+            slot.error = exc
+            self._finish(slot)
 
     def cancel(self, slot: Slot) -> None:
         if slot in self.active:

@@ -7,8 +7,11 @@ EAGLE-3:   g = fc(cat(h_low, h_mid, h_high)) for base rows, else the parent's dr
            an RMSNorm over the captures (`input_norm`) or per capture (`fc_norm`) before fc, the residual taken
            after hidden_norm (`norm_before_residual`), the normed output carried to the next step (`norm_output`),
            no final norm (`final_norm` false).
-Both heads keep a one-layer KV cache: rows 0..n-1 hold the accepted prefix ("stable"), tree expansion writes after
-it and is thrown away each step.
+Both heads keep a one-layer KV cache per request: rows 0..n-1 hold the accepted prefix ("stable"), tree expansion
+writes after it and is thrown away each step. The cache is passed with every call (a DraftCall carries its
+request's), never swapped on the module: `forward_packed` runs the draft calls of several requests as one forward
+(their rows packed through every linear layer, attention per request over its own cache) and, in the same pass,
+the top-k of the rows each call asks for (one head matmul for all of them).
 """
 
 from __future__ import annotations
@@ -19,8 +22,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle_trt.runtime.model import MLP, Attention, DecoderLayer, KVCache, LlamaArgs, RMSNorm, block_mask
+from eagle_trt.runtime.model import MLP, Attention, DecoderLayer, KVCache, LlamaArgs, RMSNorm, Segment, block_mask
 from eagle_trt.runtime.rope import Rope
+
+
+@dataclass(frozen=True)
+class DraftCall:
+    """One request's part of a draft forward: input_ids, positions [T], features [T, H]; K/V land in `cache` at
+    slots start..start+T-1; mask [T, start+T] bool or None (causal over the block, all of the prefix visible).
+    top_k > 0: also the k best next tokens of the output rows (of the last row only with `last_only`)."""
+
+    input_ids: torch.Tensor
+    features: torch.Tensor
+    positions: torch.Tensor
+    start: int
+    cache: KVCache | None = None  # None: the head's own (setup_cache)
+    mask: torch.Tensor | None = None
+    top_k: int = 0
+    last_only: bool = False
+
+
+@dataclass(frozen=True)
+class DraftOut:
+    """A DraftCall's answer: out [T, H] (or [1, H], `last_only`), the draft output the next draft rows read; scores,
+    ids [rows of out, top_k]: log-probs and base token ids of the k best next tokens (None when top_k is 0)."""
+
+    out: torch.Tensor
+    scores: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
 
 
 class DraftHead(nn.Module):
@@ -44,10 +73,48 @@ class DraftHead(nn.Module):
         """[T, H] feature per base-processed position, from the base forward's outputs."""
         raise NotImplementedError
 
-    def forward(self, input_ids, features, positions, start: int, mask=None):
+    def forward(self, input_ids, features, positions, start: int, mask=None, cache: KVCache | None = None):
         """input_ids, positions: [T]; features: [T, H]; mask: [T, start+T] bool or None (causal over the block,
-        all of the prefix visible). Returns the draft output hidden [T, H]."""
+        all of the prefix visible); K/V land in `cache` (None: the head's own). Returns the draft output [T, H]."""
+        return self.hidden_packed([DraftCall(input_ids, features, positions, start, cache, mask)])[0]
+
+    def hidden_packed(self, calls: list[DraftCall]) -> list[torch.Tensor]:
+        """The draft outputs [T_i, H] of several calls from one forward: rows packed through the linear layers,
+        attention per call over its own cache (int8/packed linears: each row as if it ran alone)."""
+        ids = calls[0].input_ids if len(calls) == 1 else torch.cat([c.input_ids for c in calls])  # [sum T]
+        feats = calls[0].features if len(calls) == 1 else torch.cat([c.features for c in calls])  # [sum T, H]
+        positions = calls[0].positions if len(calls) == 1 else torch.cat([c.positions for c in calls])  # [sum T]
+        segments = []
+        for c in calls:
+            t = c.input_ids.shape[0]
+            mask = c.mask if c.mask is not None else block_mask(c.start, None, t, feats.device)  # [T, start+T]
+            segments.append(Segment(c.cache if c.cache is not None else self.cache, c.start, t, mask))
+        cos, sin = self.rope(positions)
+        out = self.rows(ids, feats, cos, sin, segments)  # [sum T, H]
+        return list(out.split([s.rows for s in segments]))
+
+    def rows(self, input_ids, features, cos, sin, segments: list[Segment]) -> torch.Tensor:
+        """The head's layer over packed rows: input_ids [sum T], features [sum T, H] -> draft outputs [sum T, H]."""
         raise NotImplementedError
+
+    def forward_packed(self, calls: list[DraftCall]) -> list[DraftOut]:
+        """Several requests' draft calls as one forward (`hidden_packed`), then one head matmul over every row whose
+        top-k a call asks for, each call's top-k taken over its own rows. One DraftOut per call."""
+        outs = self.hidden_packed(calls)
+        outs = [o[-1:] if c.last_only else o for c, o in zip(calls, outs)]
+        wanted = [o for c, o in zip(calls, outs) if c.top_k > 0]
+        if not wanted:
+            return [DraftOut(o) for o in outs]
+        log_probs = self.log_probs(wanted[0] if len(wanted) == 1 else torch.cat(wanted))  # [rows, V_draft]
+        answers, row = [], 0
+        for c, o in zip(calls, outs):
+            if c.top_k <= 0:
+                answers.append(DraftOut(o))
+                continue
+            scores, idx = log_probs[row:row + o.shape[0]].topk(c.top_k, dim=-1)  # [T_i, k]
+            answers.append(DraftOut(o, scores, self.to_base_ids(idx)))
+            row += o.shape[0]
+        return answers
 
     def log_probs(self, out: torch.Tensor) -> torch.Tensor:
         """[T, V_draft] log-probabilities of the draft's next token."""
@@ -89,12 +156,9 @@ class Eagle1Draft(DraftHead):
     def base_features(self, hidden, captured):
         return hidden
 
-    def forward(self, input_ids, features, positions, start, mask=None):
-        x = self.fc(torch.cat((self.embed_tokens(input_ids), features), dim=-1))
-        cos, sin = self.rope(positions)
-        if mask is None:
-            mask = block_mask(start, None, x.shape[0], x.device)
-        return self.layer(x, cos, sin, self.cache, 0, start, mask)
+    def rows(self, input_ids, features, cos, sin, segments):
+        x = self.fc(torch.cat((self.embed_tokens(input_ids), features), dim=-1))  # [sum T, H]
+        return self.layer.forward_segments(x, cos, sin, segments, 0)
 
     def log_probs(self, out):
         return F.log_softmax(self.lm_head(out).float(), dim=-1)
@@ -125,10 +189,10 @@ class Eagle3MidLayer(nn.Module):
         self.mlp = MLP(args)
         self.norm_before_residual = norm_before_residual
 
-    def forward(self, emb, g, cos, sin, cache, start, mask):
-        hidden = self.hidden_norm(g)  # [T, H]
-        a = torch.cat((self.input_layernorm(emb), hidden), dim=-1)  # [T, 2H], embedding first
-        h = (hidden if self.norm_before_residual else g) + self.self_attn(a, cos, sin, cache, 0, start, mask)
+    def forward(self, emb, g, cos, sin, segments: list[Segment]):
+        hidden = self.hidden_norm(g)  # [sum T, H]
+        a = torch.cat((self.input_layernorm(emb), hidden), dim=-1)  # [sum T, 2H], embedding first
+        h = (hidden if self.norm_before_residual else g) + self.self_attn.forward_segments(a, cos, sin, segments, 0)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -161,12 +225,9 @@ class Eagle3Draft(DraftHead):
             x = torch.cat([norm(part) for norm, part in zip(self.fc_norm, x.chunk(len(self.fc_norm), dim=-1))], -1)
         return self.fc(x)
 
-    def forward(self, input_ids, features, positions, start, mask=None):
-        cos, sin = self.rope(positions)
-        if mask is None:
-            mask = block_mask(start, None, input_ids.shape[0], features.device)
-        out = self.midlayer(self.embed_tokens(input_ids), features, cos, sin, self.cache, start, mask)
-        return self.norm(out) if self.options.norm_output else out  # [T, H]: what the next draft step reads
+    def rows(self, input_ids, features, cos, sin, segments):
+        out = self.midlayer(self.embed_tokens(input_ids), features, cos, sin, segments)  # [sum T, H]
+        return self.norm(out) if self.options.norm_output else out  # what the next draft step reads
 
     def log_probs(self, out):
         normed = out if self.norm is None or self.options.norm_output else self.norm(out)

@@ -4,15 +4,21 @@ The draft's KV cache holds `stable` rows (the accepted prefix; its last row pair
 the root token, so its output `root_out` predicts depth 1). Tree rows are written after the stable rows, each one
 pairing its parent's draft output with its own token at draft position stable + depth - 1, and attend to the
 stable prefix plus their tree ancestors. They are discarded after the step (docs/eagle_algorithms.md §3).
+
+Drafting is written as generators (`static_tree`, `dynamic_tree`) that yield one DraftCall per draft forward and
+get its DraftOut back, so runtime.batching can answer the same-depth calls of all running requests with one packed
+draft forward; `run_alone` answers them one at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import torch
 
-from eagle_trt.runtime.draft import DraftHead
+from eagle_trt.runtime.draft import DraftCall, DraftHead, DraftOut
+from eagle_trt.runtime.model import KVCache
 from eagle_trt.tree import Tree, ancestor_mask, pack_mask
 
 
@@ -109,16 +115,16 @@ class _TreeRows:
 
 @dataclass(frozen=True)
 class DepthStep:
-    """What drafting one depth of a static tree needs, precomputed: which parents' top-k feed which nodes, and the
-    draft forward over the nodes that have children (their rows' mask over the tree rows written so far)."""
+    """What drafting one depth of a static tree needs, precomputed: which rows of the previous draft forward (the
+    root's update for depth 1) and which ranks of their top-k fill which nodes, and the draft forward over the nodes
+    that have children (their rows' mask over the tree rows written so far)."""
 
     nodes: list[int]  # node ids at this depth
-    parent_ids: list[int]  # distinct parents, in the order their draft outputs are stacked
-    idx_parent: torch.Tensor  # [len(nodes)] index into parent_ids
+    idx_parent: torch.Tensor  # [len(nodes)] row of each node's parent in the previous draft forward's output
     idx_rank: torch.Tensor  # [len(nodes)] draft rank of each node
     k: int  # top-k needed at this depth
     expand: list[int]  # nodes at this depth that have children (drafted further)
-    expand_feats: list[int]  # their parents (whose outputs are their features)
+    feat_rows: torch.Tensor  # [len(expand)] row of each expanded node's parent (whose output is its feature)
     tree_mask: torch.Tensor | None  # [len(expand), rows so far incl. these] bool over the tree rows
     rows_before: int  # tree rows written before this depth
 
@@ -132,15 +138,19 @@ class StaticPlan:
     steps: list[DepthStep]
     shape: TreeShape  # every step's DraftTree shares it
 
+    @property
+    def root_k(self) -> int:
+        """The top-k the root's draft output needs (depth 1)."""
+        return self.steps[0].k
+
     @classmethod
     def of(cls, tree: Tree, device="cpu") -> StaticPlan:
         parents, depths, ranks = tree.parents().tolist(), tree.depths().tolist(), tree.ranks().tolist()
         kids = set(parents[1:])
         row_of, ancestors, steps = {}, {0: []}, []
+        prev_rows = {0: 0}  # node -> its row in the previous draft forward (the root's update before depth 1)
         for depth in range(1, tree.depth + 1):
             nodes = [n for n in range(1, len(parents)) if depths[n] == depth]
-            parent_ids = sorted({parents[x] for x in nodes})
-            slot = {p: i for i, p in enumerate(parent_ids)}
             expand = [x for x in nodes if x in kids]
             rows_before = len(row_of)
             mask = None
@@ -151,47 +161,51 @@ class StaticPlan:
                     mask[i, ancestors[x]] = True
                     row_of[x] = rows_before + i
                 mask = mask.to(device)
-            steps.append(DepthStep(nodes, parent_ids, torch.tensor([slot[parents[x]] for x in nodes], device=device),
+            steps.append(DepthStep(nodes, torch.tensor([prev_rows[parents[x]] for x in nodes], device=device),
                                    torch.tensor([ranks[x] for x in nodes], device=device),
-                                   max(ranks[x] for x in nodes) + 1, expand, [parents[x] for x in expand], mask,
+                                   max(ranks[x] for x in nodes) + 1, expand,
+                                   torch.tensor([prev_rows[parents[x]] for x in expand], device=device), mask,
                                    rows_before))
+            prev_rows = {x: i for i, x in enumerate(expand)}
         return cls(tree, parents, steps, TreeShape.of(parents, device))
 
 
-@torch.inference_mode()
-def draft_static(draft: DraftHead, plan: StaticPlan, root: int, root_out: torch.Tensor, stable: int) -> DraftTree:
-    """Fill a static tree: each node takes the rank-r token of its parent's draft distribution."""
-    device = root_out.device
+def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
+                cache: KVCache | None) -> Generator[DraftCall, DraftOut, DraftTree]:
+    """Fill a static tree: each node takes the rank-r token of its parent's draft distribution. A generator: it
+    yields one DraftCall per depth that has nodes with children (answered by `send`) and returns the DraftTree.
+    root_draft: the root's draft output [1, H] with its top-`plan.root_k`."""
+    device = root_draft.out.device
     tokens = torch.empty(len(plan.parents), dtype=torch.long, device=device)  # [N+1]
     tokens[0] = root
-    outs = {0: root_out[0]}  # node -> draft output hidden [H]
+    prev = root_draft  # the draft forward whose rows are this depth's parents
     for depth, step in enumerate(plan.steps, start=1):
-        _, top = draft.topk(torch.stack([outs[p] for p in step.parent_ids]), step.k)  # [num_parents, k]
-        tokens[step.nodes] = top[step.idx_parent, step.idx_rank]
+        tokens[step.nodes] = prev.ids[step.idx_parent, step.idx_rank]
         if not step.expand:
-            continue
-        feats = torch.stack([outs[p] for p in step.expand_feats])  # [t, H]
+            break  # a depth without children is the last
         t = len(step.expand)
         mask = torch.cat((torch.ones(t, stable, dtype=torch.bool, device=device), step.tree_mask), dim=1)
         pos = torch.full((t,), stable + depth - 1, dtype=torch.long, device=device)  # [t]
-        out = draft(tokens[step.expand], feats, pos, stable + step.rows_before, mask)  # [t, H]
-        outs.update({x: out[i] for i, x in enumerate(step.expand)})
+        feats = prev.out[step.feat_rows]  # [t, H]
+        prev = yield DraftCall(tokens[step.expand], feats, pos, stable + step.rows_before, cache, mask,
+                               top_k=plan.steps[depth].k)
     return DraftTree(tokens, plan.shape)
 
 
-@torch.inference_mode()
-def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, root: int,
-                  root_out: torch.Tensor, stable: int) -> DraftTree:
+def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draft: DraftOut, stable: int,
+                 cache: KVCache | None) -> Generator[DraftCall, DraftOut, DraftTree]:
     """EAGLE-2: expand the top_k best frontier nodes `depth` times by cumulative log-prob, then keep the
-    `total_tokens` best of the pool (a connected subtree: a child never scores above its parent). One transfer to
-    the host per depth (the frontier) and one at the end (the kept nodes)."""
+    `total_tokens` best of the pool (a connected subtree: a child never scores above its parent). A generator like
+    `static_tree` (one DraftCall per depth); root_draft carries the root's top-`top_k`. One transfer to the host per
+    depth (the frontier) and one at the end (the kept nodes)."""
+    root_out = root_draft.out  # [1, H]
     device = root_out.device
-    scores, toks = draft.topk(root_out, top_k)  # [1, k]
+    scores, toks = root_draft.scores, root_draft.ids  # [1, k]
     pool_scores, pool_tokens = [scores[0]], [toks[0]]
     pool_parent = [-1] * top_k  # pool index -> pool index of its parent (-1: the root)
     frontier = torch.arange(top_k, device=device)  # [k] pool indices
     frontier_scores = scores[0]
-    frontier_feats = root_out.expand(top_k, -1)
+    frontier_feats = root_out.expand(top_k, -1)  # [k, H]
     rows = _TreeRows(stable, device)
     for step in range(depth):
         nodes = frontier.tolist()  # the step's one transfer to the host
@@ -199,8 +213,8 @@ def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, r
         start = stable + len(rows.row_of) - len(nodes)
         pos = torch.full((len(nodes),), stable + step, dtype=torch.long, device=device)  # [k]
         ids = torch.cat(pool_tokens)[frontier]  # [k]
-        out = draft(ids, frontier_feats, pos, start, mask)  # [k, H]
-        cs, ct = draft.topk(out, top_k)  # [k, k]
+        answer = yield DraftCall(ids, frontier_feats, pos, start, cache, mask, top_k=top_k)
+        out, cs, ct = answer.out, answer.scores, answer.ids  # [k, H], [k, k], [k, k]
         child_scores = (frontier_scores[:, None] + cs).reshape(-1)  # [k*k]
         offset = len(pool_parent)
         pool_scores.append(child_scores)
@@ -227,3 +241,14 @@ def draft_dynamic(draft: DraftHead, depth: int, top_k: int, total_tokens: int, r
         chosen.append(pool_idx)
     tokens = torch.cat((torch.tensor([root], device=device), all_tokens[chosen]))  # [N+1]
     return DraftTree.from_parents(tokens, parents, device)
+
+
+@torch.inference_mode()
+def run_alone(draft: DraftHead, steps: Generator[DraftCall, DraftOut, DraftTree]) -> DraftTree:
+    """Drive a tree generator for one request on its own: each DraftCall through `draft.forward_packed`."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(draft.forward_packed([call])[0])
+    except StopIteration as done:
+        return done.value

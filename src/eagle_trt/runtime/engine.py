@@ -1,8 +1,13 @@
-"""EagleEngine: prefill, then draft -> verify -> accept -> compact, one request at a time.
+"""EagleEngine: prefill, then draft -> verify -> accept -> compact, per request.
 
-Every step runs one base forward over [root + tree] (a bare root without a draft: plain decoding through the same
-code path), accepts a path, commits its tokens plus the bonus token, moves the accepted K/V rows into place, and
-feeds the draft the base features of the accepted positions so drafting stays in sync with the base.
+Every step feeds the draft the base features of the positions the last base forward accepted (so drafting stays in
+sync with the base; that forward also gives the root's top-k), drafts a tree (one draft forward per depth), runs
+one base forward over [root + tree] (a bare root without a draft: plain decoding through the same code path),
+accepts a path, commits its tokens plus the bonus token and moves the accepted K/V rows into place.
+
+A request is a coroutine (`Generation`) that yields every forward it needs as a call carrying its own KV cache
+(BaseCall for the base, DraftCall for the draft; nothing is swapped on the shared modules), so one request runs
+alone and runtime.batching packs the same-phase calls of many requests through the same code.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from pathlib import Path
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime.drafting import DraftTree, StaticPlan, draft_dynamic, draft_static, root_only
+from eagle_trt.runtime.draft import DraftCall, DraftOut
+from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
 from eagle_trt.runtime.fast import check_precision, prepare
 from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
 from eagle_trt.runtime.model import BaseCall
@@ -26,7 +32,9 @@ from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
 
 @dataclass
 class GenerationStats:
-    """Per request. accepted_lengths: tokens committed per verify step (bonus included)."""
+    """Per request. accepted_lengths: tokens committed per verify step (bonus included). prefill_time_s: the base
+    and draft passes over the prompt; draft_time_s: the draft's update with the accepted positions and its tree;
+    verify_time_s: the base forward over the tree and acceptance."""
 
     steps: int = 0
     accepted_lengths: list[int] = field(default_factory=list)
@@ -103,9 +111,10 @@ class StepClock:
 class Generation:
     """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`.
 
-    Underneath is a coroutine that yields either a StepOutput or a BaseCall (a base forward it needs, answered by
-    `send`). Iterating runs each BaseCall at once, alone; `runtime.batching` instead answers the BaseCalls of
-    several generations with one packed forward."""
+    Underneath is a coroutine that yields a StepOutput, a BaseCall (a base forward it needs) or a DraftCall (a draft
+    forward), the calls answered by `send`. Iterating runs each call at once, alone, through the same packed
+    forwards (`Llama.forward_packed`, `DraftHead.forward_packed`) with one call; `runtime.batching` instead answers
+    the calls of several generations with one packed forward per phase."""
 
     def __init__(self, steps, stats: GenerationStats, engine: EagleEngine):
         self._steps, self.stats, self._engine = steps, stats, engine
@@ -120,15 +129,19 @@ class Generation:
             if isinstance(item, StepOutput):
                 return item
             with torch.inference_mode():
-                self.answer(self._engine.base.forward_packed([item], self._engine.capture)[0])
+                if isinstance(item, DraftCall):
+                    self.answer(self._engine.draft.forward_packed([item])[0])
+                else:
+                    self.answer(self._engine.base.forward_packed([item], self._engine.capture)[0])
 
     def advance(self):
-        """Resume until the next StepOutput or BaseCall (StopIteration at the end)."""
+        """Resume until the next StepOutput, BaseCall or DraftCall (StopIteration at the end)."""
         answer, self._answer = self._answer, None
         return self._steps.send(answer)
 
     def answer(self, result) -> None:
-        """The (logits, hidden, captured) of the BaseCall the last `advance` returned."""
+        """The answer to the call the last `advance` returned: (logits, hidden, captured) of a BaseCall, the DraftOut
+        of a DraftCall."""
         self._answer = result
 
     def close(self) -> None:
@@ -223,6 +236,8 @@ class EagleEngine:
     @torch.inference_mode()
     def _steps(self, prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
                stats: GenerationStats, caches: tuple) -> Iterator:
+        """The request as a coroutine: yields StepOutputs, and BaseCalls / DraftCalls whose answers come back by
+        `send` (Generation answers them alone, runtime.batching packs those of several requests)."""
         cache, draft_cache = caches
         yield None  # primed by generate()
         gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
@@ -234,12 +249,12 @@ class EagleEngine:
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
         logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache)
         root = self._sample(logits[-1], sampling, gen)
-        root_out = None
+        update = None  # the draft rows the last base forward gives: the prompt (shifted by one), then accepted paths
         if self.draft is not None:
-            self.draft.cache = draft_cache  # this request's (others may have drafted since its last resume)
-            shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))
-            feats = self.draft.base_features(hidden, captured)
-            root_out = self.draft(shifted, feats, torch.arange(len(prompt), device=self.device), 0)[-1:]
+            shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))  # [P]
+            update = DraftCall(shifted, self.draft.base_features(hidden, captured),
+                               torch.arange(len(prompt), device=self.device), 0, draft_cache,
+                               top_k=self._root_k(), last_only=True)
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
@@ -251,9 +266,14 @@ class EagleEngine:
             if reason is not None:
                 return
             t0 = clock.mark()
-            if self.draft is not None:
-                self.draft.cache = draft_cache
-            tree = self._draft_tree(root, root_out, length)
+            if self.draft is None:
+                tree = root_only(root, self.device)
+            else:
+                root_draft = yield update  # the root's draft output [1, H] and its top-k
+                if stats.steps == 0:  # the draft's pass over the prompt: prefill
+                    t0, t_prefill = clock.mark(), t0
+                    clock.add(stats, "prefill_time_s", t_prefill, t0)
+                tree = yield from self._tree_steps(root, root_draft, length, draft_cache)
             t1 = clock.mark()
             positions = length + tree.depths  # [N+1]
             logits, hidden, captured = yield BaseCall(tree.tokens, positions, length, tree.mask, cache,
@@ -273,23 +293,26 @@ class EagleEngine:
             stats.num_draft_tokens += tree.num_draft_tokens
             stats.num_accepted_draft_tokens += len(path) - 1
             if self.draft is not None:
-                self.draft.cache = draft_cache
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
-                pos = torch.arange(length, length + len(path), device=self.device)
-                root_out = self.draft(torch.tensor(committed, device=self.device), feats, pos, length)[-1:]
+                pos = torch.arange(length, length + len(path), device=self.device)  # [A]
+                update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length, draft_cache,
+                                   top_k=self._root_k(), last_only=True)
             length += len(path)
             root = accepted.bonus
             clock.add(stats, "draft_time_s", t0, t1)
             clock.add(stats, "verify_time_s", t1, clock.mark())
 
     # ---- internals ----------------------------------------------------------------------------------------------
-    def _draft_tree(self, root: int, root_out, length: int) -> DraftTree:
-        if self.draft is None:
-            return root_only(root, self.device)
+    def _root_k(self) -> int:
+        """The top-k of the root's draft output that depth 1 of this engine's tree reads."""
+        return self.plan.root_k if self.plan is not None else self.tree.top_k
+
+    def _tree_steps(self, root: int, root_draft: DraftOut, length: int, draft_cache):
+        """The draft tree's generator (static or dynamic) over this request's draft cache."""
         if self.plan is not None:
-            return draft_static(self.draft, self.plan, root, root_out, length)
+            return static_tree(self.plan, root, root_draft, length, draft_cache)
         t = self.tree
-        return draft_dynamic(self.draft, t.depth, t.top_k, t.total_tokens, root, root_out, length)
+        return dynamic_tree(t.depth, t.top_k, t.total_tokens, root, root_draft, length, draft_cache)
 
     @staticmethod
     def _sample(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:

@@ -195,7 +195,12 @@ class Attention(nn.Module):
 
     def forward_segments(self, x, cos, sin, segments: list[Segment], layer: int):
         """x: [sum T, in_features], the rows of several sequences back to back: projected together (the weights
-        are read once for all), then each segment writes and attends over its own cache."""
+        are read once for all), then each segment writes and attends over its own cache, one attention call per
+        segment on purpose: every segment reads its own KVCache, so one call for all would first copy each cache
+        into one padded tensor per layer (the CUDA tree kernel's several sequences also come from one [B, ...]
+        tensor or page pool), and a padded call changes the shape of the sums (SDPA's kernels and exact_attention's
+        float64 matmuls block by shape), which would break "each request's output equals its run alone, bit for
+        bit". The per-segment call is the exact one."""
         t = x.shape[0]
         q, k, v = self.project(x)
         q, k = q.view(t, self.heads, self.head_dim), k.view(t, self.kv_heads, self.head_dim)  # [sum T, h, D]

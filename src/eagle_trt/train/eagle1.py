@@ -63,10 +63,10 @@ def chunk_tensors(chunk: list[dict], chunk_tokens: int):
 def draft_forward(draft: Eagle1Draft, ids, feats, positions, mask):
     """Training forward through the runtime module: a fresh KV buffer per chunk (autograd flows through it)."""
     a = draft.args
-    draft.cache = KVCache(1, a.num_key_value_heads, len(ids), a.head_dim, feats.dtype, feats.device)
+    cache = KVCache(1, a.num_key_value_heads, len(ids), a.head_dim, feats.dtype, feats.device)  # [1, KV, T, D]
     if draft.rope is None or draft.rope.cos.shape[0] <= int(positions.max()):
         draft.rope = Rope(a, int(positions.max()) + 1024, feats.dtype, feats.device)
-    return draft(ids, feats, positions, 0, mask)
+    return draft(ids, feats, positions, 0, mask, cache=cache)
 
 
 def losses(draft: Eagle1Draft, head_rows: torch.Tensor, batch, cfg: TrainConfig, noise: bool):

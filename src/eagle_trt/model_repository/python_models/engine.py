@@ -10,8 +10,8 @@ A streaming request ends with an empty response whose `finished` is true and whi
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
 Requests run on a worker thread (execute() only queues them), up to max_batch_size at once through
-runtime.batching: one packed base forward per round for all of them, each drafting with the tree the bundle's load
-policy gives its batch size. A cancelled request stops at the next round. Cancelled means either Triton cancelled this request
+runtime.batching: one packed base forward per round for all of them and one packed draft forward per drafting
+phase, each drafting with the tree the bundle's load policy gives its batch size. A cancelled request stops at the next round. Cancelled means either Triton cancelled this request
 (a gRPC cancel sent to this model directly) or a *cancel request* named its stream_key: input_lengths 0 and
 request_output_len 0 with a stream_key. Postprocessing sends one when it sees that the eagle_model/base_model
 request it serves was cancelled (HTTP client gone, gRPC cancel): Triton's ensemble cancels only the steps it
@@ -205,7 +205,7 @@ class TritonPythonModel:
                                       seed=None if seed is None else int(seed))
             state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state)
             pb_utils.Logger.log_info(f"request started with {len(self.batcher.active)} running, tree "
-                                     f"{state.slot.tree} (stream {state.stream_key})")
+                                     f"{state.slot.tree_label} (stream {state.stream_key})")
         except Exception as exc:  # noqa: BLE001 - a bad request gets an error answer, the others run on
             self._fail(sender, exc)
             return
