@@ -252,7 +252,8 @@ def test_build_writes_a_bundle_and_refuses_to_overwrite(tiny_base, eagle1_draft,
     result = _build(args)
     assert result.exit_code == 0, result.output
     saved = json.loads((out / "eagle_trt_spec.json").read_text())
-    assert saved["engine"] == "pytorch" and saved["tree"] == {"kind": "chain", "choices": [[0], [0, 0], [0, 0, 0]]} and saved["max_batch_size"] == 4
+    assert saved["engine"] == "pytorch" and saved["max_batch_size"] == 4
+    assert saved["tree"] == {"kind": "chain", "choices": [[0], [0, 0], [0, 0, 0]]} and saved["trtllm"] is None
     repo = out / "model_repository"
     assert {p.name for p in repo.iterdir()} >= {"eagle_model", "base_model", "preprocessing", "postprocessing",
                                                 "eagle_engine", "base_engine"}
@@ -348,6 +349,7 @@ def test_load_policy_in_the_repository(tmp_path):
     eagle = LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"]))
     assert eagle.to_arg() == ";".join(("dynamic:5,8,48", *AUTO_TAIL))
     assert LoadPolicy.from_list(json.loads(params["base_engine"]["load_policy"])).trees == (None,)
-    assert TreeConfig.from_dict(json.loads(params["eagle_engine"]["tree"])) == eagle.trees[0] == resolve("dynamic:5,8,48")
+    stored_tree = TreeConfig.from_dict(json.loads(params["eagle_engine"]["tree"]))
+    assert stored_tree == eagle.trees[0] == resolve("dynamic:5,8,48")
     with pytest.raises(EagleTrtError, match="load policy 'chain:2;chain:x'"):
         ServingOptions(load_policy="chain:2;chain:x").validate()

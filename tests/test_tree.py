@@ -164,8 +164,9 @@ def test_tree_config_round_trips_through_its_stored_form(arg):
 
 
 @pytest.mark.parametrize("data, words", [
-    ({"kind": "chain", "choices": [[0], [1]]}, "a chain's choices"), ({"kind": "dynamic", "depth": 0, "top_k": 2,
-     "total_tokens": 2}, ">= 1"), ({"kind": "static", "choices": [[0, 0]]}, "no parent"), ({"kind": "beam"}, "not a stored"),
+    ({"kind": "chain", "choices": [[0], [1]]}, "a chain's choices"),
+    ({"kind": "dynamic", "depth": 0, "top_k": 2, "total_tokens": 2}, ">= 1"),
+    ({"kind": "static", "choices": [[0, 0]]}, "no parent"), ({"kind": "beam"}, "not a stored"),
     ("chain:3", "not a stored"),
 ])
 def test_tree_config_from_dict_refuses_what_resolve_refuses(data, words):

@@ -1,1 +1,2 @@
-"""Benchmark drivers and reports: the AIPerf harness and its files, perf run/load, report and plots, the runtime benchmark."""
+"""Benchmark drivers and reports: the AIPerf harness and its files, perf run/load, report and plots, the runtime
+benchmark."""
