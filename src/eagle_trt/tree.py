@@ -254,7 +254,7 @@ class TreeConfig:
 
     def label(self) -> str:
         """Short name for tables and logs: the --tree value, or a static tree's source and size."""
-        if self.kind == "static":
+        if self.kind == "static" and (self.source or len(self.to_arg()) > 60):
             return f"static:{self.source or 'inline'} ({self.tree.num_nodes} nodes, depth {self.tree.depth})"
         return self.to_arg()
 
