@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = "eagle_trt"
 LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low modules spelled out
     ("errors",),
-    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub", "datasets"),  # ROOT: version
+    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub", "datasets", "metrics"),  # ROOT: version
     ("draft_layouts",),
     ("spec", "demo_model", "load_policy"),
     ("build_spec",),
