@@ -5,12 +5,14 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from eagle_trt.cli import COMMANDS, main
+from eagle_trt.cli import COMMANDS, SECTIONS, main
 
 
 def test_help_lists_every_command_and_each_has_an_example():
     res = CliRunner().invoke(main, ["--help"])
     assert res.exit_code == 0
+    assert all(f"{title}:" in res.output for title in SECTIONS)  # grouped, in the table's order
+    assert [res.output.index(f"{title}:") for title in SECTIONS] == sorted(res.output.index(f"{t}:") for t in SECTIONS)
     for name in COMMANDS:
         assert name in res.output
         sub = CliRunner().invoke(main, [name, "--help"])

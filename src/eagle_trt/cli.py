@@ -14,21 +14,31 @@ import click
 
 from eagle_trt.errors import EagleTrtError
 
-# command name -> (module under eagle_trt.commands, attribute, one-line summary for --help)
-COMMANDS: dict[str, tuple[str, str, str]] = {
-    "inspect": ("inspect", "inspect_cmd", "Report a base (and draft) checkpoint and whether they fit together."),
-    "demo-model": ("demo_model", "demo_model_cmd", "Materialize the SmolLM2 demo base (or our draft) and print its dir."),
-    "generate": ("generate", "generate_cmd", "Generate text with EAGLE locally (--base) or from a server (--url)."),
-    "bench": ("bench", "bench_cmd", "Benchmark the PyTorch runtime: plain vs EAGLE tok/s on a prompt set."),
-    "profile": ("profile", "profile_cmd", "Measure base-forward and draft-step costs on this machine (cost table)."),
-    "train-draft": ("train_draft", "train_draft_cmd", "Train an EAGLE-1/2 or EAGLE-3 draft for a base."),
-    "convert": ("convert", "convert_cmd", "Convert base + draft into a TensorRT-LLM EAGLE checkpoint."),
-    "build": ("build", "build_cmd", "Build a bundle: engines, Triton model repository, perf harness."),
-    "serve": ("serve", "serve_cmd", "Serve a bundle with tritonserver."),
-    "perf": ("perf", "perf_group", "Measure eagle_model against base_model and write a report."),
-    "bench-kernel": ("bench_kernel", "bench_kernel_cmd", "Benchmark the tree-attention kernel."),
-    "demo": ("demo", "demo_cmd", "The main job on the embedded default: build, serve, measure, report."),
+# --help sections, each {command name: one-line summary}. A command `x-y` lives in eagle_trt.commands.x_y as
+# `x_y_cmd` (a Click command or group), imported only when it runs.
+SECTIONS: dict[str, dict[str, str]] = {
+    "Models and drafts": {
+        "inspect": "Report a base (and draft) checkpoint and whether they fit together.",
+        "demo-model": "Materialize the SmolLM2 demo base (or our draft) and print its dir.",
+        "train-draft": "Train an EAGLE-1/2 or EAGLE-3 draft for a base.",
+        "convert": "Convert base + draft into a TensorRT-LLM EAGLE checkpoint.",
+    },
+    "Deploy": {
+        "build": "Build a bundle: engines, Triton model repository, perf harness.",
+        "serve": "Serve a bundle with tritonserver.",
+        "demo": "The main job on the embedded default: build, serve, measure, report.",
+    },
+    "Run and measure": {
+        "generate": "Generate text with EAGLE locally (--base) or from a server (--url).",
+        "bench": "Benchmark the PyTorch runtime: plain vs EAGLE tok/s on a prompt set.",
+        "perf": "Measure eagle_model against base_model and write a report.",
+        "profile": "Measure base-forward and draft-step costs on this machine (cost table).",
+    },
+    "Kernels": {
+        "bench-kernel": "Benchmark the tree-attention kernel.",
+    },
 }
+COMMANDS: dict[str, str] = {name: summary for section in SECTIONS.values() for name, summary in section.items()}
 
 
 class LazyGroup(click.Group):
@@ -40,7 +50,8 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        module_name, attr, _ = COMMANDS[cmd_name]
+        module_name = cmd_name.replace("-", "_")
+        attr = f"{module_name}_cmd"
         try:
             module = importlib.import_module(f"eagle_trt.commands.{module_name}")
         except ModuleNotFoundError as exc:
@@ -50,9 +61,10 @@ class LazyGroup(click.Group):
         return getattr(module, attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, summary) for name, (_, _, summary) in sorted(COMMANDS.items())]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        width = max(map(len, COMMANDS))  # one summary column across the sections
+        for title, commands in SECTIONS.items():
+            with formatter.section(title):
+                formatter.write_dl([(name.ljust(width), summary) for name, summary in commands.items()])
 
 
 class Cli(LazyGroup):

@@ -11,7 +11,7 @@ from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL
 
 
 @click.group("perf")
-def perf_group():
+def perf_cmd():
     """Measure eagle_model against base_model (AIPerf, concurrency 1) and write report.md/json + plots.
 
     \b
@@ -21,7 +21,7 @@ def perf_group():
     """
 
 
-@perf_group.command("run")
+@perf_cmd.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
@@ -55,7 +55,7 @@ def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, rounds, out
         click.echo(f"report: {report_dir / 'report.md'}")
 
 
-@perf_group.command("compare")
+@perf_cmd.command("compare")
 @click.argument("eagle_run", type=click.Path(path_type=Path, exists=True))
 @click.argument("base_run", type=click.Path(path_type=Path, exists=True))
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=Path("perf-report"),
@@ -79,7 +79,7 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
         click.echo(f"report: {out_dir / 'report.md'}")
 
 
-@perf_group.command("load")
+@perf_cmd.command("load")
 @click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
