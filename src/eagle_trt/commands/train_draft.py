@@ -9,7 +9,7 @@ import click
 
 from eagle_trt.commands.options import BASE
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.train.data import DataConfig  # the defaults below are the configs' own
+from eagle_trt.train.data import DataConfig  # the defaults below are the configs' own (config_option)
 from eagle_trt.train.eagle1 import TrainConfig
 from eagle_trt.train.eagle3 import Eagle3TrainConfig
 from eagle_trt.train.loop import LoopConfig
@@ -33,32 +33,37 @@ def _progress(stage: str, total):
     return update
 
 
+def config_option(flag: str, config: type, field: str, minimum: float = 1, help: str | None = None):
+    """--flag whose default (and int/float type) is the training config's own field: defined once, there."""
+    default = getattr(config, field)
+    kind = click.IntRange(min=int(minimum)) if isinstance(default, int) else click.FloatRange(min=minimum)
+    name = flag.lstrip("-").replace("-", "_")
+    return click.option(flag, name, type=kind, default=default, show_default=True, help=help)
+
+
 @click.command("train-draft")
 @click.option("--base", "base_dir", required=True, type=BASE, help="HF base model directory or hub id.")
 @click.option("--prompts", "prompts_file", required=True, type=click.Path(path_type=Path),
               help="JSONL of training prompts (prompt/text/turns/ShareGPT conversations).")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path), help="Draft output dir.")
 @click.option("--format", "fmt", type=click.Choice(["eagle1", "eagle3"]), default="eagle1", show_default=True)
-@click.option("--max-prompts", type=click.IntRange(min=1), default=DataConfig.max_prompts, show_default=True)
-@click.option("--gen-tokens", type=click.IntRange(min=1),
-              default=DataConfig.gen_tokens, show_default=True, help="Answer length per prompt.")
+@config_option("--max-prompts", DataConfig, "max_prompts")
+@config_option("--gen-tokens", DataConfig, "gen_tokens", help="Answer length per prompt.")
 @click.option("--extra-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="More prompts used teacher-forced only (no answer generated): cheap extra features.")
-@click.option("--gen-batch-size", type=click.IntRange(min=1), default=DataConfig.batch_size, show_default=True,
-              help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
-@click.option("--temperature", type=click.FloatRange(min=0.0),
-              default=DataConfig.temperature, show_default=True, help="0 = greedy answers.")
-@click.option("--epochs", type=click.IntRange(min=1), default=LoopConfig.epochs, show_default=True)
+@config_option("--gen-batch-size", DataConfig, "batch_size",
+               help="Prompts the base answers at once while generating data (raise it on a GPU: 512 on an H100).")
+@config_option("--temperature", DataConfig, "temperature", minimum=0.0, help="0 = greedy answers.")
+@config_option("--epochs", LoopConfig, "epochs")
 @click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=LoopConfig.lr, show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1),
               default=None, help="Stop after this many steps (schedule still spans --epochs).")
-@click.option("--batch-size", type=click.IntRange(min=1),
-              default=LoopConfig.chunk_tokens, show_default=True, help="Draft rows (tokens) per step.")
+@config_option("--batch-size", LoopConfig, "chunk_tokens", help="Draft rows (tokens) per step.")
 @click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
-@click.option("--ttt-steps", type=click.IntRange(min=1), default=Eagle3TrainConfig.ttt_steps, show_default=True,
-              help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
-@click.option("--seed", type=int, default=LoopConfig.seed, show_default=True)
+@config_option("--ttt-steps", Eagle3TrainConfig, "ttt_steps",
+               help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
+@config_option("--seed", LoopConfig, "seed", minimum=0)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="Where the base answers and the draft trains.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.work/.")
