@@ -31,11 +31,11 @@ def main() -> None:
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
     from eagle_trt.datasets import encode_prompt, load_dataset
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
     from eagle_trt.runtime.batching import Batcher, LoadPolicy
 
     base = materialize_demo_base()
-    engine = EagleEngine.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
+    engine = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
     tok = AutoTokenizer.from_pretrained(str(base))
     prompts = [encode_prompt(tok, p.text, True) for p in load_dataset("calibration")[:16]]
     trees, batches = args.trees.split(";"), [int(b) for b in args.batches.split(",")]

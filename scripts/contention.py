@@ -20,11 +20,11 @@ def _worker(kind: str, threads: int, prompts: int, max_tokens: int, barrier, res
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
     from eagle_trt.datasets import encode_prompt, load_dataset
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     torch.set_num_threads(threads)
     base = materialize_demo_base()
-    engine = EagleEngine.load(base, shipped_draft_dir() if kind == "eagle" else None, tree="chain:2",
+    engine = EagleDecoder.load(base, shipped_draft_dir() if kind == "eagle" else None, tree="chain:2",
                               dtype="int8", max_seq_len=2048)
     from transformers import AutoTokenizer
 

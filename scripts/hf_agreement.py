@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from eagle_trt.demo_model import materialize_demo_base
 from eagle_trt.datasets import encode_prompt, load_dataset
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
     base = materialize_demo_base()
     tok = AutoTokenizer.from_pretrained(base)
-    ours = EagleEngine.load(base, None, tree="chain:1", dtype="float32")
+    ours = EagleDecoder.load(base, None, tree="chain:1", dtype="float32")
     hf = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
     stop = ours.base_spec.eos_token_ids
     rows = []

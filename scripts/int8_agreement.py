@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from eagle_trt.demo_model import materialize_demo_base
 from eagle_trt.datasets import encode_prompt, load_dataset
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     args = ap.parse_args()
     base = materialize_demo_base()
     tok = AutoTokenizer.from_pretrained(base)
-    engines = {dt: EagleEngine.load(base, None, tree="chain:1", dtype=dt) for dt in ("float32", "int8")}
+    engines = {dt: EagleDecoder.load(base, None, tree="chain:1", dtype=dt) for dt in ("float32", "int8")}
     stop = engines["float32"].base_spec.eos_token_ids
     rows = []
     for p in load_dataset(args.dataset):

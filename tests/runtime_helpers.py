@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft
-from eagle_trt.runtime.engine import EagleEngine
+from eagle_trt.runtime.decoder import EagleDecoder
 from eagle_trt.runtime.model import Llama, LlamaArgs
 from eagle_trt.tree import resolve
 
@@ -45,7 +45,7 @@ class OracleDraft(DraftHead):
         return torch.stack(rows).to(out.device)  # [T, V]
 
 
-def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleEngine:
+def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleDecoder:
     """A 1-layer base with a small vocabulary and a random EAGLE-1 draft, built in memory."""
     torch.manual_seed(seed)
     args = LlamaArgs(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
@@ -64,4 +64,4 @@ def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) ->
                 if not name.startswith(("embed_tokens", "lm_head")):
                     p.normal_(0, 0.3)
         head.eval().requires_grad_(False)
-    return EagleEngine(base, head, None, resolve(tree), "cpu", max_seq_len=64)
+    return EagleDecoder(base, head, None, resolve(tree), "cpu", max_seq_len=64)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
 from eagle_trt.runtime.batching import Batcher
 from eagle_trt.runtime.model import BaseCall
@@ -17,7 +17,7 @@ PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
 
 @pytest.fixture(scope="module")
 def int8_engine(tiny_base, eagle1_draft):
-    return EagleEngine.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=128)
+    return EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=128)
 
 
 def _plain_alone(engine, prompt, n):
@@ -25,7 +25,7 @@ def _plain_alone(engine, prompt, n):
 
 
 def test_packed_forward_equals_separate_forwards(tiny_base):
-    engine = EagleEngine.load(tiny_base, None, tree="chain:1", max_seq_len=64)
+    engine = EagleDecoder.load(tiny_base, None, tree="chain:1", max_seq_len=64)
     base = engine.base
     a, b = torch.tensor([5, 17, 42]), torch.tensor([9, 1])  # [3], [2]
     caches = [base.new_cache(64), base.new_cache(64)]

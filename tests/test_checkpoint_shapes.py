@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.loading import expected_shapes, shape_problems
 from eagle_trt.spec import DraftSpec, ModelSpec
 
@@ -70,7 +70,7 @@ def test_inspect_build_and_load_stop_at_the_door(tiny_base, bad_q_draft, tmp_pat
     assert not out.exists()  # nothing half-written
 
     with pytest.raises(EagleTrtError, match="q_proj"):
-        EagleEngine.load(tiny_base, bad_q_draft, tree="chain:2")
+        EagleDecoder.load(tiny_base, bad_q_draft, tree="chain:2")
 
 
 def test_a_base_with_a_wrong_mlp_is_named(tiny_base, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from eagle_trt.load_policy import LoadPolicy
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.batching import Batcher
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.verify import SamplingParams
@@ -18,7 +18,7 @@ PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
 @pytest.fixture(scope="module", params=["eagle1", "eagle3"])
 def engine(request, tiny_base):
     draft = request.getfixturevalue(f"{request.param}_draft")
-    return EagleEngine.load(tiny_base, draft, tree="chain:3", dtype="int8", max_seq_len=128)
+    return EagleDecoder.load(tiny_base, draft, tree="chain:3", dtype="int8", max_seq_len=128)
 
 
 def _run_batched(engine, policy: str, n: int, sampling=SamplingParams()):

@@ -17,7 +17,7 @@ import builders
 import layout_builders
 from eagle_trt.cli import main
 from eagle_trt.draft_layouts import standard_capture_layers
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.loading import load_base, load_draft
 from eagle_trt.spec import DraftSpec, ModelSpec
 from test_train import PROMPTS
@@ -52,7 +52,7 @@ def trained(tmp_path_factory):
 
 def _run(base, draft, ids, tree=TREE, dtype="float32"):
     """(outputs, accepted lengths) over the prompts."""
-    engine = EagleEngine.load(base, draft, tree=tree, dtype=dtype)
+    engine = EagleDecoder.load(base, draft, tree=tree, dtype=dtype)
     results = [engine.generate_all(x, 32) for x in ids]
     return [r.token_ids for r in results], [a for r in results for a in r.stats.accepted_lengths]
 
@@ -257,8 +257,8 @@ def test_stock_draft_layers_read_biases_and_qk_norms(tiny_base, eagle3_draft, la
     else:
         assert torch.equal(attn.o_proj.bias, extra[p + "o_proj.bias"])
     assert not torch.allclose(logits, plain_logits, atol=1e-4)
-    assert EagleEngine.load(tiny_base, draft, tree="chain:3").generate_all(list(range(5, 30)), 16).token_ids == \
-        EagleEngine.load(tiny_base, None).generate_all(list(range(5, 30)), 16).token_ids
+    assert EagleDecoder.load(tiny_base, draft, tree="chain:3").generate_all(list(range(5, 30)), 16).token_ids == \
+        EagleDecoder.load(tiny_base, None).generate_all(list(range(5, 30)), 16).token_ids
 
 
 def test_a_draft_keeps_its_own_rope_scaling(tiny_base, eagle3_draft, tmp_path):

@@ -11,7 +11,7 @@ import torch
 
 import builders
 import hf_builders
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.spec import ModelSpec
 
 PROMPT = list(range(5, 45))  # 40 tokens: past Mistral v0.1's window (24) and the Qwen2 window variant's (20)
@@ -32,7 +32,7 @@ def drafts(bases, tmp_path_factory):
             for v, base in bases.items()}
 
 
-def _logits(engine: EagleEngine, ids: list[int]) -> torch.Tensor:
+def _logits(engine: EagleDecoder, ids: list[int]) -> torch.Tensor:
     with torch.inference_mode():
         engine.base.setup_cache(len(ids) + 8)
         return engine.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
@@ -59,7 +59,7 @@ def test_each_config_is_read_as_transformers_reads_it(bases):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fp32_logits_and_greedy_output_equal_transformers(bases, variant):
     base = bases[variant]
-    engine = EagleEngine.load(base, None)
+    engine = EagleDecoder.load(base, None)
     ids = PROMPT + list(range(60, 68))
     ours, theirs = _logits(engine, ids), hf_builders.hf_logits(base, ids)
     assert torch.allclose(ours, theirs, atol=1e-4, rtol=0), (ours - theirs).abs().max()
@@ -88,10 +88,10 @@ def test_the_window_matters_on_this_prompt(bases, variant):
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_eagle_equals_plain_decoding(bases, drafts, variant, dtype):
-    plain = EagleEngine.load(bases[variant], None, dtype=dtype).generate_all(PROMPT, NEW).token_ids
+    plain = EagleDecoder.load(bases[variant], None, dtype=dtype).generate_all(PROMPT, NEW).token_ids
     e1, e3 = drafts[variant]
     for draft, tree in ((e1, "chain:3"), (e1, "dynamic:3,2,4"), (e3, "static:[[0],[1],[0,0],[0,1],[1,0]]")):
-        engine = EagleEngine.load(bases[variant], draft, tree=tree, dtype=dtype)
+        engine = EagleDecoder.load(bases[variant], draft, tree=tree, dtype=dtype)
         assert engine.generate_all(PROMPT, NEW).token_ids == plain, (draft.name, tree)
 
 
@@ -101,7 +101,7 @@ def test_int8_stays_as_close_to_fp32_as_for_llama(bases, tiny_base, variant):
     of the positions and its logits stay within 5 % of their range, on every family as on the Llama fixture."""
     base = tiny_base if variant == "llama" else bases[variant]
     ids = PROMPT + list(range(60, 68))
-    fp32, int8 = _logits(EagleEngine.load(base, None), ids), _logits(EagleEngine.load(base, None, dtype="int8"), ids)
+    fp32, int8 = _logits(EagleDecoder.load(base, None), ids), _logits(EagleDecoder.load(base, None, dtype="int8"), ids)
     assert (fp32.argmax(-1) == int8.argmax(-1)).float().mean() >= 0.9
     assert (fp32 - int8).abs().max() <= 0.05 * fp32.abs().max()
 

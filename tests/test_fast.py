@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.fast import Int8Linear, PackedLinear, check_precision, rows_are_independent
 from runtime_helpers import OracleDraft
 
@@ -17,7 +17,7 @@ PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
 
 @pytest.fixture(scope="module")
 def int8_plain(tiny_base):
-    engine = EagleEngine.load(tiny_base, None, dtype="int8")
+    engine = EagleDecoder.load(tiny_base, None, dtype="int8")
     return {tuple(p): engine.generate_all(p, 40).token_ids for p in PROMPTS}
 
 
@@ -69,25 +69,25 @@ def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
 
 
 def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
-    engine = EagleEngine.load(tiny_base, eagle1_draft)
+    engine = EagleDecoder.load(tiny_base, eagle1_draft)
     assert isinstance(engine.base.layers[0].mlp.gate_up_proj, PackedLinear)
     assert isinstance(engine.draft.lm_head, Int8Linear)  # the draft only proposes: int8 on the CPU
     assert isinstance(engine.draft.fc, PackedLinear)  # fc has a bias: packed fp32
-    int8 = EagleEngine.load(tiny_base, eagle1_draft, dtype="int8")
+    int8 = EagleDecoder.load(tiny_base, eagle1_draft, dtype="int8")
     assert isinstance(int8.draft.fc, PackedLinear) and isinstance(int8.base.lm_head, Int8Linear)
     assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
 
 
 def test_fp32_engine_says_so_when_its_rows_are_not_independent(tiny_base, eagle1_draft, monkeypatch, caplog):
     monkeypatch.setattr("eagle_trt.runtime.fast.rows_are_independent", lambda linears: False)
-    engine = EagleEngine.load(tiny_base, eagle1_draft)
+    engine = EagleDecoder.load(tiny_base, eagle1_draft)
     assert not engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float32  # SDPA attention
     assert "not batch-invariant" in caplog.text and "--dtype int8" in caplog.text
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_forward_is_batch_invariant_through_tree_gaps(tiny_base, dtype):
-    base = EagleEngine.load(tiny_base, None, dtype=dtype).base
+    base = EagleDecoder.load(tiny_base, None, dtype=dtype).base
     prompt = torch.tensor(PROMPTS[0])
     p = len(prompt)
     with torch.inference_mode():
@@ -106,7 +106,7 @@ def test_forward_is_batch_invariant_through_tree_gaps(tiny_base, dtype):
 @pytest.mark.parametrize("tree", ["chain:4", "static:mc_sim_7b_63", "dynamic:3,4,10"])
 def test_int8_oracle_draft_is_identical_and_accepts_whole_paths(tiny_base, int8_plain, tree):
     prompt = PROMPTS[0]
-    engine = EagleEngine.load(tiny_base, None, tree=tree, dtype="int8")
+    engine = EagleDecoder.load(tiny_base, None, tree=tree, dtype="int8")
     engine.draft = OracleDraft(prompt + int8_plain[tuple(prompt)], engine.base.args.vocab_size)
     result = engine.generate_all(prompt, 40)
     assert result.token_ids == int8_plain[tuple(prompt)]
@@ -116,7 +116,7 @@ def test_int8_oracle_draft_is_identical_and_accepts_whole_paths(tiny_base, int8_
 @pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle3_draft"])
 @pytest.mark.parametrize("tree", ["chain:3", "static:eagle_default", "dynamic:5,8,48"])
 def test_int8_random_draft_is_identical(request, tiny_base, int8_plain, draft_name, tree):
-    engine = EagleEngine.load(tiny_base, request.getfixturevalue(draft_name), tree=tree, dtype="int8")
+    engine = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree, dtype="int8")
     for prompt in PROMPTS:
         assert engine.generate_all(prompt, 40).token_ids == int8_plain[tuple(prompt)]
 
@@ -133,27 +133,27 @@ def _with_vocab(draft_dir, tmp_path, ids):
 def test_truncated_draft_vocab_proposes_only_its_tokens_and_keeps_outputs(tiny_base, eagle1_draft, tmp_path):
     ids = list(range(0, 384, 3))  # 128 of the 384 tokens
     draft = _with_vocab(eagle1_draft, tmp_path, ids)
-    plain = EagleEngine.load(tiny_base, None)
+    plain = EagleDecoder.load(tiny_base, None)
     for vocab, allowed in ((None, set(ids)), (16, set(ids[:16]))):
-        engine = EagleEngine.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
+        engine = EagleDecoder.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
         assert engine.draft.lm_head.out_features == len(allowed)
         seen = set()
         engine.on_verify = lambda tree, logits: seen.update(tree.tokens[1:].tolist())
         for prompt in PROMPTS:
             assert engine.generate_all(prompt, 24).token_ids == plain.generate_all(prompt, 24).token_ids
         assert seen and seen <= allowed
-    full = EagleEngine.load(tiny_base, draft, draft_vocab=0)
+    full = EagleDecoder.load(tiny_base, draft, draft_vocab=0)
     assert full.draft.vocab_ids is None
 
 
 def test_draft_vocab_errors(tiny_base, eagle1_draft, eagle3_draft, tmp_path):
     with pytest.raises(EagleTrtError, match="draft_vocab.json, which does not exist"):
-        EagleEngine.load(tiny_base, eagle1_draft, draft_vocab=10)
+        EagleDecoder.load(tiny_base, eagle1_draft, draft_vocab=10)
     draft = _with_vocab(eagle1_draft, tmp_path, [1, 2, 3])
     with pytest.raises(EagleTrtError, match="exceeds the 3 ids"):
-        EagleEngine.load(tiny_base, draft, draft_vocab=4)
+        EagleDecoder.load(tiny_base, draft, draft_vocab=4)
     with pytest.raises(EagleTrtError, match="EAGLE-1/2 drafts only"):
-        EagleEngine.load(tiny_base, eagle3_draft, draft_vocab=10)
+        EagleDecoder.load(tiny_base, eagle3_draft, draft_vocab=10)
 
 
 def test_precision_errors():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime import EagleEngine, SamplingParams
+from eagle_trt.runtime import EagleDecoder, SamplingParams
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.drafting import dynamic_tree, run_alone
 from runtime_helpers import OracleDraft, tiny_engine
@@ -17,14 +17,14 @@ PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
 
 @pytest.fixture(scope="module")
 def plain_outputs(tiny_base):
-    engine = EagleEngine.load(tiny_base, None)
+    engine = EagleDecoder.load(tiny_base, None)
     return {tuple(p): engine.generate_all(p, 48).token_ids for p in PROMPTS}
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle1_draft_nobias", "eagle3_draft"])
 def test_greedy_identity_with_random_draft(request, tiny_base, plain_outputs, tree, draft_name):
-    engine = EagleEngine.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
+    engine = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
     for prompt in PROMPTS:
         result = engine.generate_all(prompt, 48)
         assert result.token_ids == plain_outputs[tuple(prompt)]
@@ -47,7 +47,7 @@ def test_plain_decoding_equals_hf_transformers(tiny_base, plain_outputs):
 def test_oracle_draft_reaches_tree_depth(tiny_base, plain_outputs, tree, depth):
     prompt = PROMPTS[0]
     seq = prompt + plain_outputs[tuple(prompt)]
-    engine = EagleEngine.load(tiny_base, None, tree=tree)
+    engine = EagleDecoder.load(tiny_base, None, tree=tree)
     engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
     result = engine.generate_all(prompt, 48)
     assert result.token_ids == plain_outputs[tuple(prompt)]
@@ -62,7 +62,7 @@ def test_stop_token_inside_accepted_path(tiny_base, plain_outputs):
     seq = prompt + plain_outputs[tuple(prompt)]
     stop = plain_outputs[tuple(prompt)][10]
     first = plain_outputs[tuple(prompt)].index(stop)
-    engine = EagleEngine.load(tiny_base, None, tree="chain:6")
+    engine = EagleDecoder.load(tiny_base, None, tree="chain:6")
     engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
     result = engine.generate_all(prompt, 48, stop_token_ids=[stop])
     assert result.token_ids == plain_outputs[tuple(prompt)][: first + 1]
@@ -72,7 +72,7 @@ def test_stop_token_inside_accepted_path(tiny_base, plain_outputs):
 @pytest.mark.parametrize("budget", [1, 2, 5, 7, 13])
 def test_max_tokens_is_exact_with_long_accepts(tiny_base, plain_outputs, budget):
     prompt = PROMPTS[0]
-    engine = EagleEngine.load(tiny_base, None, tree="chain:6")
+    engine = EagleDecoder.load(tiny_base, None, tree="chain:6")
     engine.draft = OracleDraft(prompt + plain_outputs[tuple(prompt)], engine.base.args.vocab_size)
     result = engine.generate_all(prompt, budget)
     assert result.token_ids == plain_outputs[tuple(prompt)][:budget] and result.finish_reason == "length"
@@ -82,7 +82,7 @@ def test_stop_string(tiny_base, eagle1_draft):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
-    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:3")
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3")
     full = engine.generate_all(PROMPTS[0], 30)
     text = tok.decode(full.token_ids)
     needle = text[len(text) // 2: len(text) // 2 + 2]
@@ -93,14 +93,14 @@ def test_stop_string(tiny_base, eagle1_draft):
 
 
 def test_streaming_steps_concatenate_to_the_result(tiny_base, eagle1_draft):
-    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
     steps = list(engine.generate(PROMPTS[1], 20))
     assert [t for s in steps for t in s.token_ids] == engine.generate_all(PROMPTS[1], 20).token_ids
     assert steps[-1].finish_reason == "length" and all(s.finish_reason is None for s in steps[:-1])
 
 
 def test_seeded_sampling_is_reproducible(tiny_base, eagle1_draft):
-    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
     params = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=7)
     a = engine.generate_all(PROMPTS[0], 30, params).token_ids
     assert a == engine.generate_all(PROMPTS[0], 30, params).token_ids
@@ -135,7 +135,7 @@ def test_dynamic_tree_node_count_and_parents_first():
     ({"stop_strings": ["x"]}, "need a tokenizer"),
 ])
 def test_bad_requests(tiny_base, eagle1_draft, kwargs, words):
-    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:2", max_seq_len=512)
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:2", max_seq_len=512)
     args = {"input_ids": [5, 6, 7], "max_new_tokens": 10} | kwargs
     with pytest.raises(EagleTrtError, match=words):
         engine.generate_all(**args)
@@ -157,6 +157,6 @@ def test_mismatched_draft_is_refused(tiny_base, tmp_path):
                                                                        num_key_value_heads=1))
     draft = builders.make_eagle1_draft(tmp_path / "d", other)
     with pytest.raises(EagleTrtError, match="hidden_size 32 != base hidden_size 64"):
-        EagleEngine.load(tiny_base, draft)
+        EagleDecoder.load(tiny_base, draft)
     with pytest.raises(EagleTrtError, match="unknown tree 'bogus'"):
-        EagleEngine.load(tiny_base, None, tree="bogus")
+        EagleDecoder.load(tiny_base, None, tree="bogus")

@@ -19,13 +19,13 @@ def smollm2():
     from transformers import AutoTokenizer
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     base = materialize_demo_base()
-    plain = EagleEngine.load(base, None, tree="chain:1")
+    plain = EagleDecoder.load(base, None, tree="chain:1")
     # the costlier dynamic tree on the smaller prompt set (CI time on 2 cores)
-    eagle = {"mt-bench": EagleEngine.load(base, shipped_draft_dir("eagle1"), tree="dynamic:3,3,6"),
-             "humaneval": EagleEngine.load(base, shipped_draft_dir("eagle3"), tree="chain:2")}
+    eagle = {"mt-bench": EagleDecoder.load(base, shipped_draft_dir("eagle1"), tree="dynamic:3,3,6"),
+             "humaneval": EagleDecoder.load(base, shipped_draft_dir("eagle3"), tree="chain:2")}
     return AutoTokenizer.from_pretrained(base), plain, eagle
 
 
@@ -64,12 +64,12 @@ def test_int8_eagle_equals_int8_plain_exactly_on_smollm2():
     from transformers import AutoTokenizer
 
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     base = materialize_demo_base()
     tok = AutoTokenizer.from_pretrained(base)
-    plain = EagleEngine.load(base, None, tree="chain:1", dtype="int8")
-    eagle = EagleEngine.load(base, shipped_draft_dir("eagle1"), tree="dynamic:4,4,8", dtype="int8")
+    plain = EagleDecoder.load(base, None, tree="chain:1", dtype="int8")
+    eagle = EagleDecoder.load(base, shipped_draft_dir("eagle1"), tree="dynamic:4,4,8", dtype="int8")
     assert eagle.draft.vocab_ids is not None and eagle.draft.vocab_ids.numel() == 8192
     stop = plain.base_spec.eos_token_ids
     lengths, differ = [], []

@@ -15,7 +15,7 @@ import builders
 import hf_builders
 import layout_builders
 from eagle_trt.draft_layouts import served_layout_change
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec, check_compatibility
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -79,6 +79,6 @@ def test_the_readme_table_is_what_the_checks_say(pairs):
     assert len(to_run) == len(FAMILIES) * len(LAYOUTS)  # the pytorch engine runs every pair
     for base_dir, draft_dir in to_run:
         prompt = list(range(5, 45))
-        plain = EagleEngine.load(base_dir, None).generate_all(prompt, 16).token_ids
-        assert EagleEngine.load(base_dir, draft_dir, tree="chain:3").generate_all(prompt, 16).token_ids == plain, \
+        plain = EagleDecoder.load(base_dir, None).generate_all(prompt, 16).token_ids
+        assert EagleDecoder.load(base_dir, draft_dir, tree="chain:3").generate_all(prompt, 16).token_ids == plain, \
             (base_dir.name, json.loads((draft_dir / "config.json").read_text()).get("architectures"))

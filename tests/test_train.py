@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from eagle_trt.cli import main
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.spec import DraftSpec
 from eagle_trt.train.data import read_prompts
 from eagle_trt.train.pipeline import eval_set_texts
@@ -57,7 +57,7 @@ def test_trained_draft_beats_a_random_one(trained, tiny_base, eagle1_draft):
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in ids]
 
     def tau(d):
-        engine = EagleEngine.load(tiny_base, d, tree="chain:4")
+        engine = EagleDecoder.load(tiny_base, d, tree="chain:4")
         lengths = [a for x in ids for a in engine.generate_all(x, 24).stats.accepted_lengths]
         return sum(lengths) / len(lengths)
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from safetensors import safe_open
 
 from eagle_trt.cli import main
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.loading import build_draft, load_base, load_draft
 from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.spec import DraftSpec, ModelSpec
@@ -139,7 +139,7 @@ def test_trained_eagle3_beats_a_random_one(trained3, tiny_base, eagle3_draft):
                add_special_tokens=False)["input_ids"] for p in PROMPTS[:4]]
 
     def run(d):
-        engine = EagleEngine.load(tiny_base, d, tree="chain:4")
+        engine = EagleDecoder.load(tiny_base, d, tree="chain:4")
         results = [engine.generate_all(x, 24) for x in ids]
         lengths = [a for r in results for a in r.stats.accepted_lengths]
         return sum(lengths) / len(lengths), [r.token_ids for r in results]

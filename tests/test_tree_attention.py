@@ -148,11 +148,11 @@ def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base):
     kernel and accepts them: identity then covers the kernel's masks, not only the root row."""
     from runtime_helpers import OracleDraft
 
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     prompt = list(range(5, 30))
-    plain = EagleEngine.load(tiny_base, None, device="cuda").generate_all(prompt, 40).token_ids
-    eagle = EagleEngine.load(tiny_base, None, tree="static:mc_sim_7b_63", device="cuda")
+    plain = EagleDecoder.load(tiny_base, None, device="cuda").generate_all(prompt, 40).token_ids
+    eagle = EagleDecoder.load(tiny_base, None, tree="static:mc_sim_7b_63", device="cuda")
     eagle.draft = OracleDraft(prompt + plain, eagle.base.args.vocab_size)
     result = eagle.generate_all(prompt, 40)
     assert result.token_ids == plain

@@ -9,7 +9,7 @@ import torch
 from eagle_trt.tuning.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
 from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
 from eagle_trt.tuning.tree_tuner import CostModel, grow_tree, ranked_static_trees, static_step_ms
-from eagle_trt.runtime import EagleEngine
+from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.tree import TreeConfig, resolve
 
@@ -82,7 +82,7 @@ def test_acceptance_counter_walks_the_spine():
 
 
 def test_profile_on_tiny_models(tiny_base, eagle1_draft):
-    engine = EagleEngine.load(tiny_base, eagle1_draft, tree="chain:1", dtype="int8")
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1", dtype="int8")
     result = profile_engine(engine, ProfileConfig(tokens=(1, 4), contexts=(16, 64), draft_widths=(1, 2), repeats=1))
     assert set(result["base_forward_ms"]) == {"16", "64"}
     assert all(ms > 0 for row in result["base_forward_ms"].values() for ms in row.values())

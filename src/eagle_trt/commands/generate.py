@@ -19,15 +19,15 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
     from transformers import AutoTokenizer
 
     from eagle_trt.tuning.calibrate import resolve_tree
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     tree, _ = resolve_tree(tree, base_dir, draft_dir, echo=lambda m: click.echo(m, err=True), device=device,
                            dtype=dtype, draft_vocab=draft_vocab)
-    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype, draft_vocab=draft_vocab)
+    decoder = EagleDecoder.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype, draft_vocab=draft_vocab)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     ids = encode_prompt(tokenizer, prompt, chat)
     tokens, printed, reason, stats = [], "", "length", None
-    for step in engine.generate(ids, max_tokens, sampling, stop_token_ids=engine.base_spec.eos_token_ids):
+    for step in decoder.generate(ids, max_tokens, sampling, stop_token_ids=decoder.base_spec.eos_token_ids):
         tokens += step.token_ids
         stats, reason = step.stats, step.finish_reason or reason
         if stream and not as_json:

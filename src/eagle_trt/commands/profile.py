@@ -45,10 +45,10 @@ def profile_cmd(base_dir, draft_dir, device, dtype, draft_vocab, tokens, context
         --dtype int8
     """
     from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     cfg = ProfileConfig(_ints(tokens), _ints(contexts), repeats=repeats)
-    engine = EagleEngine.load(base_dir, draft_dir, tree="chain:1", device=device, dtype=dtype,
+    engine = EagleDecoder.load(base_dir, draft_dir, tree="chain:1", device=device, dtype=dtype,
                               max_seq_len=max(cfg.contexts) + max(cfg.tokens) + 8, draft_vocab=draft_vocab)
     result = profile_engine(engine, cfg, echo=lambda m: click.echo(m, err=True))
     result["base"], result["draft"] = str(base_dir), None if draft_dir is None else str(draft_dir)

@@ -111,13 +111,13 @@ def _summarise(rows: dict) -> dict:
 def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> dict:
     """Every setting runs each prompt in turn (interleaved, so machine noise hits all settings alike). With
     `checkpoint`, the partial result is rewritten after every prompt."""
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     from eagle_trt.tuning.calibrate import predict
 
     prompts, categories = _encode_all(cfg)
     settings, tunings = _settings(cfg, echo)
-    engines = {name: EagleEngine.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
+    engines = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
     stop = engines["plain"].base_spec.eos_token_ids
     for engine in engines.values():

@@ -2,7 +2,7 @@
 and lossless stochastic tree verification. It serves eagle_model where TensorRT-LLM is absent, is the oracle the
 other paths are checked against, and measures acceptance for a base/draft pair."""
 
-from eagle_trt.runtime.engine import EagleEngine, GenerationResult, GenerationStats, StepOutput
+from eagle_trt.runtime.decoder import EagleDecoder, GenerationResult, GenerationStats, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
 
-__all__ = ["EagleEngine", "GenerationResult", "GenerationStats", "SamplingParams", "StepOutput"]
+__all__ = ["EagleDecoder", "GenerationResult", "GenerationStats", "SamplingParams", "StepOutput"]

@@ -1,4 +1,4 @@
-"""Several requests through one engine at once. Each round advances every running request to its next base forward
+"""Several requests through one decoder at once. Each round advances every running request to its next base forward
 (prefill or verify). On the way each request asks for its draft forwards (the update with the accepted positions,
 then one per tree depth): the requests waiting on a draft forward run as one packed draft forward
 (`DraftHead.forward_packed`, each request's rows over its own draft cache, its top-k from one head matmul), phase
@@ -9,9 +9,9 @@ with int8 linears and exact attention bit for bit, otherwise to the same float t
 shape.
 
 Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
-running when it starts, down to plain decoding (`none`) through the same engine.
+running when it starts, down to plain decoding (`none`) through the same decoder.
 
-    batcher = Batcher(engine, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
+    batcher = Batcher(decoder, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
     slot = batcher.start(prompt_ids, 64)
     while batcher.active:
         for slot, step in batcher.round(): ...     # StepOutputs; slot.done / slot.error when a request ends
@@ -27,7 +27,7 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.draft import DraftCall
-from eagle_trt.runtime.engine import EagleEngine, Generation, StepOutput
+from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree import TreeConfig
 
@@ -49,18 +49,18 @@ class Slot:
 
 
 class Batcher:
-    def __init__(self, engine: EagleEngine, max_batch: int, policy: LoadPolicy):
+    def __init__(self, decoder: EagleDecoder, max_batch: int, policy: LoadPolicy):
         if max_batch < 1:
             raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
-        self.engine, self.max_batch, self.policy = engine, max_batch, policy
-        self.views: dict[TreeConfig | None, EagleEngine] = {}  # None: plain decoding
+        self.decoder, self.max_batch, self.policy = decoder, max_batch, policy
+        self.views: dict[TreeConfig | None, EagleDecoder] = {}  # None: plain decoding
         for tree in dict.fromkeys(policy.trees):
-            speculative = tree is not None and engine.draft is not None
-            self.views[tree] = engine.with_tree(tree if speculative else "chain:1", speculative=speculative)
+            speculative = tree is not None and decoder.draft is not None
+            self.views[tree] = decoder.with_tree(tree if speculative else "chain:1", speculative=speculative)
         widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
-        self.room, self.draft_room = EagleEngine.cache_lengths(engine.max_seq_len, widest)
-        self.spare: list[tuple] = []  # caches of finished requests, reused; the engine's own serve the first
-        own = (engine.base.cache, engine.draft.cache if engine.draft is not None else None)
+        self.room, self.draft_room = EagleDecoder.cache_lengths(decoder.max_seq_len, widest)
+        self.spare: list[tuple] = []  # caches of finished requests, reused; the decoder's own serve the first
+        own = (decoder.base.cache, decoder.draft.cache if decoder.draft is not None else None)
         if own[0].max_len >= self.room and (own[1] is None or own[1].max_len >= self.draft_room):
             self.spare.append(own)
         self.active: list[Slot] = []
@@ -98,7 +98,7 @@ class Batcher:
             if not drafts:
                 break
             with torch.inference_mode():
-                answers = self.engine.draft.forward_packed([c for _, c in drafts])
+                answers = self.decoder.draft.forward_packed([c for _, c in drafts])
             for (slot, _), answer in zip(drafts, answers):
                 del waiting[slot]
                 slot.generation.answer(answer)
@@ -106,7 +106,7 @@ class Batcher:
         if waiting:
             calls = list(waiting.items())
             with torch.inference_mode():
-                results = self.engine.base.forward_packed([c for _, c in calls], self.engine.capture)
+                results = self.decoder.base.forward_packed([c for _, c in calls], self.decoder.capture)
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
         return events
@@ -138,6 +138,6 @@ class Batcher:
         self.spare.append(slot.caches)
 
     def _new_caches(self) -> tuple:
-        draft = self.engine.draft
-        return (self.engine.base.new_cache(self.room),
+        draft = self.decoder.draft
+        return (self.decoder.base.new_cache(self.room),
                 draft.new_cache(self.draft_room) if draft is not None else None)

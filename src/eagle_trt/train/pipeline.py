@@ -210,10 +210,10 @@ def measure_tau(base_dir: Path, draft_dir: Path, prompts: list[str], max_tokens:
     """Mean accepted length (greedy) of the saved draft on held-out prompts, through the runtime."""
     from transformers import AutoTokenizer
 
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     tok = AutoTokenizer.from_pretrained(base_dir)
-    engine = EagleEngine.load(base_dir, draft_dir, tree=tree, device=device)
+    engine = EagleDecoder.load(base_dir, draft_dir, tree=tree, device=device)
     lengths = []
     for p in prompts:
         ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)

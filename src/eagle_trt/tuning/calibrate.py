@@ -120,7 +120,7 @@ def cache_key(req: TuneRequest) -> str:
 def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dict:
     """Measure (or read from the cache) and choose. Returns {"chosen": {...}, "candidates": [...], ...}."""
     from eagle_trt.demo_model import cache_root
-    from eagle_trt.runtime import EagleEngine
+    from eagle_trt.runtime import EagleDecoder
 
     path = cache_root() / "tuning" / f"{cache_key(req)}.json"
     if use_cache and path.exists():
@@ -129,7 +129,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
     t0 = time.time()
     prompts = _prompts(req.base, req.prompts)
     echo(f"--tree auto: measuring costs and acceptance on {len(prompts)} calibration prompts (once per machine)")
-    probe = EagleEngine.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), device=req.device,
+    probe = EagleDecoder.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), device=req.device,
                              dtype=req.dtype, draft_vocab=req.draft_vocab)
     profile = profile_engine(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
     counter = AcceptanceCounter(PROBE_DEPTH, PROBE_WIDTH)

@@ -3,7 +3,7 @@ per width (a draft forward over W rows and the top-k of their next-token distrib
 it; the tree tuner (tuning/tree_tuner.py) reads it to predict what a tree costs.
 
 Timings are the best of `repeats` rounds after a warm-up, the sizes interleaved within each round (so a noisy
-moment on a shared machine hits one sample, not one size), through the same engine (`EagleEngine.load`) that serves:
+moment on a shared machine hits one sample, not one size), through the same engine (`EagleDecoder.load`) that serves:
 plain decoding is the T = 1 row, so every ratio compares the engine with itself at its fastest one-token path.
 """
 
@@ -44,7 +44,7 @@ def _best_ms(calls: dict, repeats: int, sync) -> dict:
 
 @torch.inference_mode()
 def profile_engine(engine, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg: None) -> dict:
-    """Measure `engine` (an EagleEngine, draft optional). Returns the cost table (JSON-able)."""
+    """Measure `engine` (an EagleDecoder, draft optional). Returns the cost table (JSON-able)."""
     base, draft, device = engine.base, engine.draft, engine.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     vocab = base.args.vocab_size

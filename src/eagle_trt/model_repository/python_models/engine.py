@@ -1,4 +1,4 @@
-"""Triton python model `eagle_engine` / `base_engine`: eagle_trt.runtime.EagleEngine behind the tensorrt_llm
+"""Triton python model `eagle_engine` / `base_engine`: eagle_trt.runtime.EagleDecoder behind the tensorrt_llm
 model's tensor contract (decoupled, streaming, CPU or GPU).
 
 Inputs: input_ids, input_lengths, request_output_len, end_id, pad_id, streaming, temperature, runtime_top_k,
@@ -106,7 +106,7 @@ class RequestState:
 class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.load_policy import LoadPolicy
-        from eagle_trt.runtime import EagleEngine
+        from eagle_trt.runtime import EagleDecoder
         from eagle_trt.runtime.batching import Batcher
         from eagle_trt.tree import TreeConfig
 
@@ -118,16 +118,16 @@ class TritonPythonModel:
 
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             torch.set_num_threads(self.threads)
-        self.engine = EagleEngine.load(
+        self.engine = EagleDecoder.load(
             local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
             tree=TreeConfig.from_dict(json.loads(param["tree"]), where="config.pbtxt tree"),
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
-        policy = LoadPolicy.from_list(json.loads(param["load_policy"]))
+        policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
         self.batcher = Batcher(self.engine, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
-                               policy if param.get("draft_dir") else LoadPolicy((None,)))
+                               policy)
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)

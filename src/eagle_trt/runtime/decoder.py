@@ -1,4 +1,4 @@
-"""EagleEngine: prefill, then draft -> verify -> accept -> compact, per request.
+"""EagleDecoder: prefill, then draft -> verify -> accept -> compact, per request.
 
 Every step feeds the draft the base features of the positions the last base forward accepted (so drafting stays in
 sync with the base; that forward also gives the root's top-k), drafts a tree (one draft forward per depth), runs
@@ -109,15 +109,15 @@ class StepClock:
 
 
 class Generation:
-    """The iterator `EagleEngine.generate` returns: StepOutputs, plus the request's live `stats`.
+    """The iterator `EagleDecoder.generate` returns: StepOutputs, plus the request's live `stats`.
 
     Underneath is a coroutine that yields a StepOutput, a BaseCall (a base forward it needs) or a DraftCall (a draft
     forward), the calls answered by `send`. Iterating runs each call at once, alone, through the same packed
     forwards (`Llama.forward_packed`, `DraftHead.forward_packed`) with one call; `runtime.batching` instead answers
     the calls of several generations with one packed forward per phase."""
 
-    def __init__(self, steps, stats: GenerationStats, engine: EagleEngine):
-        self._steps, self.stats, self._engine = steps, stats, engine
+    def __init__(self, steps, stats: GenerationStats, decoder: EagleDecoder):
+        self._steps, self.stats, self._decoder = steps, stats, decoder
         self._answer = None  # what the coroutine gets back at its next resume
 
     def __iter__(self):
@@ -130,9 +130,9 @@ class Generation:
                 return item
             with torch.inference_mode():
                 if isinstance(item, DraftCall):
-                    self.answer(self._engine.draft.forward_packed([item])[0])
+                    self.answer(self._decoder.draft.forward_packed([item])[0])
                 else:
-                    self.answer(self._engine.base.forward_packed([item], self._engine.capture)[0])
+                    self.answer(self._decoder.base.forward_packed([item], self._decoder.capture)[0])
 
     def advance(self):
         """Resume until the next StepOutput, BaseCall or DraftCall (StopIteration at the end)."""
@@ -148,7 +148,7 @@ class Generation:
         self._steps.close()
 
 
-class EagleEngine:
+class EagleDecoder:
     """Holds the base, the draft (optional) and their caches; `generate` serves one request at a time."""
 
     def __init__(self, base, draft, base_spec: ModelSpec, tree: TreeConfig, device: str, max_seq_len: int):
@@ -173,7 +173,7 @@ class EagleEngine:
     @classmethod
     def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = DEFAULT_RUNTIME_TREE,
              device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None,
-             draft_vocab: int | None = None) -> EagleEngine:
+             draft_vocab: int | None = None) -> EagleDecoder:
         """dtype: float32 | float16 | bfloat16 | int8 (CPU: int8 linears, runtime.fast); draft_vocab: FR-Spec size
         of an EAGLE-1/2 draft's vocabulary (None: the draft's draft_vocab.json if it has one; 0: full)."""
         if device.startswith("cuda") and not torch.cuda.is_available():
@@ -196,18 +196,18 @@ class EagleEngine:
             raise EagleTrtError(f"--draft-vocab {draft_vocab} applies to EAGLE-1/2 drafts only",
                                 "EAGLE-3 drafts carry their own vocabulary; drop --draft-vocab")
         prepare(base, draft, dtype, vocab_ids)
-        engine = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
-        engine.precision = dtype
-        return engine
+        decoder = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
+        decoder.precision = dtype
+        return decoder
 
-    def with_tree(self, tree: str | TreeConfig, speculative: bool = True) -> EagleEngine:
-        """Another engine over the same loaded base and draft (and caches): `tree`, or plain decoding when not
+    def with_tree(self, tree: str | TreeConfig, speculative: bool = True) -> EagleDecoder:
+        """Another decoder over the same loaded base and draft (and caches): `tree`, or plain decoding when not
         `speculative`. Requests must not run on both at once."""
         tree_cfg = resolve(tree)
-        engine = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
+        decoder = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
                             self.max_seq_len)
-        engine.precision = self.precision
-        return engine
+        decoder.precision = self.precision
+        return decoder
 
     # ---- public API ---------------------------------------------------------------------------------------------
     def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
@@ -224,7 +224,7 @@ class EagleEngine:
                  tokenizer=None, caches: tuple | None = None) -> Generation:
         """Iterate over the verify steps of one request; `.stats` is live while it runs. Bad requests raise
         EagleTrtError here, before any work. `caches`: (base KVCache, draft KVCache or None) of this request when
-        several run at once (runtime.batching); None: the engine's own."""
+        several run at once (runtime.batching); None: the decoder's own."""
         prompt = [int(t) for t in input_ids]
         self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
         stats = GenerationStats()
@@ -304,7 +304,7 @@ class EagleEngine:
 
     # ---- internals ----------------------------------------------------------------------------------------------
     def _root_k(self) -> int:
-        """The top-k of the root's draft output that depth 1 of this engine's tree reads."""
+        """The top-k of the root's draft output that depth 1 of this decoder's tree reads."""
         return self.plan.root_k if self.plan is not None else self.tree.top_k
 
     def _tree_steps(self, root: int, root_draft: DraftOut, length: int, draft_cache):
