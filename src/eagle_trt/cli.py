@@ -33,6 +33,7 @@ SECTIONS: dict[str, dict[str, str]] = {
         "bench": "Benchmark the PyTorch runtime: plain vs EAGLE tok/s on a prompt set.",
         "perf": "Measure eagle_model against base_model and write a report.",
         "profile": "Measure base-forward and draft-step costs on this machine (cost table).",
+        "tune": "Tune the draft tree to this machine (--tree auto) and cache the choice.",
     },
     "Kernels": {
         "bench-kernel": "Benchmark the tree-attention kernel.",

@@ -93,13 +93,18 @@ def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Pa
     return BuildPlan(spec=spec, out=Path(out).resolve(), steps=steps)
 
 
+def check_out_free(out: Path, force: bool) -> None:
+    """OUT is replaced only with --force."""
+    if out.exists() and not force:
+        raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
+
+
 def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, force: bool = False,
                  skip_convert: bool = False, skip_engines: bool = False, dry_run: bool = False) -> Path:
     """Carry out a plan atomically; returns OUT. For trtllm, `dry_run` writes everything but the engines and
     records the exact trtllm-build commands in OUT/engines/build_engines.sh."""
     out, spec = plan.out, plan.spec
-    if out.exists() and not force:
-        raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
+    check_out_free(out, force)
     serving = serving or ServingOptions()
     serving.validate()
     with atomic_directory(out, label="building") as tmp:

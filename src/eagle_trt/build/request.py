@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from eagle_trt.build.bundle import BuildPlan, build_bundle, choose_engine, plan_build
+from eagle_trt.build.bundle import BuildPlan, build_bundle, check_out_free, plan_build
 from eagle_trt.model_repository import ServingOptions
 from eagle_trt.tree import AUTO
+from eagle_trt.tuning import TUNE_BUDGET_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,7 @@ class BuildRequest:
     skip_convert: bool = False
     skip_engines: bool = False
     force: bool = False
+    tune_budget: float = TUNE_BUDGET_S  # seconds `--tree auto` may measure
 
     @classmethod
     def from_options(cls, **options) -> BuildRequest:
@@ -56,15 +58,10 @@ class BuildRequest:
                 "chat_template": self.chat_template, "backend_version": self.backend_version,
                 "draft_vocab": self.draft_vocab, "tree": None if self.tree == AUTO else self.tree}
 
-    def tunes(self) -> bool:
-        """Whether the tree is tuned: `--tree auto`, or no --tree for a pytorch bundle with a draft."""
-        if self.tree == AUTO:
-            return True
-        if self.tree is not None or self.draft_dir is None:
-            return False
-        from eagle_trt.spec import DraftSpec
-
-        return choose_engine(self.engine, DraftSpec.from_dir(self.draft_dir), self.device) == "pytorch"
+    def tunes(self, engine: str) -> bool:
+        """Whether the tree is tuned for a bundle of this (resolved) engine kind: `--tree auto`, or no --tree for a
+        pytorch bundle with a draft."""
+        return self.tree == AUTO or (self.tree is None and self.draft_dir is not None and engine == "pytorch")
 
 
 @dataclass
@@ -88,19 +85,29 @@ class BuildOutcome:
         return sorted(str(p.relative_to(self.out)) for p in self.out.rglob("*") if p.is_file())
 
 
-def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None) -> BuildOutcome:
-    """Tune if asked, plan, build (or the engine's dry run). Raises EagleTrtError before any work on bad input."""
+def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None,
+              progress=lambda done, total, what: None) -> BuildOutcome:
+    """Tune if asked (`progress` follows it), plan, build (or the engine's dry run). Raises EagleTrtError before any
+    work on bad input."""
     options = req.spec_options()
-    tunes = req.tunes()
+
+    def make_plan() -> BuildPlan:
+        return plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, skip_convert=req.skip_convert,
+                          skip_engines=req.skip_engines, **options)
+
+    plan = make_plan()  # every check runs before minutes of tuning (the tree is the engine's default until then)
+    tunes = req.tunes(plan.spec.engine)
     if tunes and not req.dry_run:
+        check_out_free(plan.out, req.force)  # before the minutes of tuning, not after
+        req.serving.validate()
         from eagle_trt.model_repository.configs import cpu_threads
         from eagle_trt.tuning.calibrate import tuned_tree
 
         threads = cpu_threads(req.serving.engine_threads, 2 * req.serving.engine_instances)  # as served
-        options.update(tuned_tree(req.base_dir, req.draft_dir, req.engine, req.device, req.dtype, req.draft_vocab,
-                                  echo=echo, threads=threads))
-    plan = plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, skip_convert=req.skip_convert,
-                      skip_engines=req.skip_engines, **options)
+        options.update(tuned_tree(req.base_dir, req.draft_dir, plan.spec.engine, req.device, req.dtype,
+                                  req.draft_vocab, echo=echo, threads=threads, progress=progress,
+                                  budget_s=req.tune_budget))
+        plan = make_plan()
     outcome = BuildOutcome(plan, None, tunes, req.dry_run)
     if req.dry_run and plan.spec.engine == "trtllm":  # TRT-LLM cannot run here: all but the engines, and the lines
         outcome.out = build_bundle(plan, force=req.force, skip_convert=req.skip_convert, dry_run=True)

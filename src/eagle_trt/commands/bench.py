@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.commands.options import BASE, DRAFT
+from eagle_trt.commands.options import BASE, DRAFT, tune_budget_option, tuning_progress
 from eagle_trt.spec import PRECISIONS
 
 
@@ -30,8 +30,10 @@ from eagle_trt.spec import PRECISIONS
               help="FR-Spec: an EAGLE-1/2 draft proposes among its N most frequent tokens (0: full vocabulary; "
                    "default: the draft's draft_vocab.json if it has one).")
 @click.option("--chat/--no-chat", default=True, show_default=True)
+@tune_budget_option
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
-def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, draft_vocab, chat, json_out):
+def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, draft_vocab, chat, tune_budget,
+              json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
 
     Settings run each prompt in turn (interleaved), the JSON is rewritten after every prompt (an interrupted run
@@ -45,8 +47,9 @@ def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device,
     from eagle_trt.perf.bench_runtime import BenchConfig, format_table, run_bench
 
     cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
-                      max_tokens, device, dtype, chat, draft_vocab)
-    result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out)
+                      max_tokens, device, dtype, chat, draft_vocab, tune_budget)
+    with tuning_progress() as progress:
+        result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out, progress=progress)
     json_out.write_text(json.dumps(result, indent=2))
     click.echo(format_table(result))
     click.echo(f"json: {json_out}", err=True)

@@ -9,7 +9,7 @@ import click
 
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES
-from eagle_trt.commands.options import CheckpointPath
+from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tuning_progress
 
 
 @click.command("build")
@@ -70,6 +70,7 @@ from eagle_trt.commands.options import CheckpointPath
 @click.option("--skip-convert", is_flag=True, help="trtllm: reuse OUT's existing checkpoint.")
 @click.option("--skip-engines", is_flag=True, help="trtllm: do not run trtllm-build.")
 @click.option("--force", is_flag=True, help="Replace an existing OUT.")
+@tune_budget_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout.")
 def build_cmd(as_json: bool, **options):
     """Build a bundle: validate base + draft, build engines, write the Triton model repository and perf files.
@@ -84,7 +85,9 @@ def build_cmd(as_json: bool, **options):
     """
     from eagle_trt.build.request import BuildRequest, run_build
 
-    outcome = run_build(BuildRequest.from_options(**options), echo=lambda msg: click.echo(msg, err=True))
+    with tuning_progress() as progress:
+        outcome = run_build(BuildRequest.from_options(**options), echo=lambda msg: click.echo(msg, err=True),
+                            progress=progress)
     spec, out = outcome.plan.spec, outcome.out
     if as_json:
         if outcome.dry_run and out is None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.commands.options import tuning_progress
 from eagle_trt.spec import PRECISIONS
 
 DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU (runtime/fast.py)
@@ -52,8 +53,9 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     if tree == AUTO:
         from eagle_trt.model_repository.configs import cpu_threads
 
-        options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say,
-                             threads=cpu_threads(0, 2))  # as the served engines get them (default options)
+        with tuning_progress() as progress:
+            options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say, progress=progress,
+                                 threads=cpu_threads(0, 2))  # as the served engines get them (default options)
     say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['tree']} -o {out_dir}")
     plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
     bundle = build_bundle(plan, force=True)

@@ -18,10 +18,10 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
               tree: str, device: str, dtype: str, stream: bool, as_json: bool, draft_vocab: int | None = None) -> dict:
     from transformers import AutoTokenizer
 
-    from eagle_trt.tuning.calibrate import resolve_tree
+    from eagle_trt.tuning.calibrate import preset_tree
     from eagle_trt.runtime import EagleDecoder
 
-    tree, _ = resolve_tree(tree, base_dir, draft_dir, echo=lambda m: click.echo(m, err=True), device=device,
+    tree, _ = preset_tree(tree, base_dir, draft_dir, echo=lambda m: click.echo(m, err=True), device=device,
                            dtype=dtype, draft_vocab=draft_vocab)
     decoder = EagleDecoder.load(base_dir, draft_dir, tree=tree, device=device, dtype=dtype, draft_vocab=draft_vocab)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
@@ -62,7 +62,8 @@ def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool
 @click.option("--top-k", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--seed", type=int, default=None)
 @click.option("--tree", default="auto", show_default=True,
-              help=f"Local mode: {TREE_ARG_HELP} | auto (tuned to this machine and draft, cached).")
+              help=f"Local mode: {TREE_ARG_HELP} | auto (the tree `eagle-trt tune` chose on this machine, else a preset; "
+                   "generate never measures).")
 @click.option("--device", default="cpu", show_default=True, help="Local mode: cpu or cuda.")
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
               help="Local mode; int8: int8 linears on the CPU (plain decoding with the same weights is identical).")

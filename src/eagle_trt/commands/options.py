@@ -3,11 +3,14 @@ resolved once here so every later step reads a local directory."""
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
 from eagle_trt.hub import resolve_checkpoint
+from eagle_trt.tuning import TUNE_BUDGET_S
 
 
 class CheckpointPath(click.ParamType):
@@ -29,3 +32,28 @@ class CheckpointPath(click.ParamType):
 
 BASE = CheckpointPath("base", must_exist=False)
 DRAFT = CheckpointPath("draft", must_exist=False)
+
+tune_budget_option = click.option(
+    "--tune-budget", "tune_budget", type=click.FloatRange(min=10.0), default=TUNE_BUDGET_S, show_default=True,
+    help="--tree auto: at most this many seconds measuring (candidate trees not started by then are skipped).")
+
+
+@contextmanager
+def tuning_progress():
+    """A progress bar on stderr for `--tree auto`'s measurement (tuning.calibrate.tune's `progress` callback)."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def update(done: int, total: int, what: str):
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc="tuning", unit="stage", file=sys.stderr, leave=False)
+        bar.n = done
+        bar.set_postfix_str(what, refresh=True)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.close()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt.tuning import TUNE_BUDGET_S
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -28,6 +30,7 @@ class BenchConfig:
     dtype: str = "float32"
     chat: bool = True
     draft_vocab: int | None = None  # FR-Spec size for EAGLE-1/2 drafts (None: the draft's file, 0: full)
+    tune_budget: float = TUNE_BUDGET_S  # seconds `auto` may measure per draft (when not cached)
 
     @property
     def drafts(self) -> tuple[Path, ...]:
@@ -47,7 +50,7 @@ def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
     return [encode_prompt(tok, p.text, cfg.chat) for p in prompts], [p.category for p in prompts]
 
 
-def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
+def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
     """(row name -> (draft, concrete tree), draft -> its `--tree auto` tuning). With several drafts each row is
     prefixed by the draft's format (or its dir); `auto` rows are named `auto=<the tree it chose>`."""
     from eagle_trt.tuning.calibrate import TuneRequest, tune
@@ -63,7 +66,8 @@ def _settings(cfg: BenchConfig, echo) -> tuple[dict[str, tuple[Path | None, str]
     for draft, label in zip(drafts, labels):
         if AUTO in cfg.trees:
             tunings[draft] = tune(TuneRequest(Path(cfg.base), Path(draft), device=cfg.device, dtype=cfg.dtype,
-                                              draft_vocab=cfg.draft_vocab), echo=echo)
+                                              draft_vocab=cfg.draft_vocab, budget_s=cfg.tune_budget), echo=echo,
+                                  progress=progress)
         for tree in cfg.trees:
             concrete = tunings[draft]["chosen"]["tree"] if tree == AUTO else tree
             name = f"auto={concrete}" if tree == AUTO else tree
@@ -108,7 +112,8 @@ def _summarise(rows: dict) -> dict:
     return out
 
 
-def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> dict:
+def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
+              progress=lambda done, total, what: None) -> dict:
     """Every setting runs each prompt in turn (interleaved, so machine noise hits all settings alike). With
     `checkpoint`, the partial result is rewritten after every prompt."""
     from eagle_trt.runtime import EagleDecoder
@@ -116,7 +121,7 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None) -> d
     from eagle_trt.tuning.calibrate import predict
 
     prompts, categories = _encode_all(cfg)
-    settings, tunings = _settings(cfg, echo)
+    settings, tunings = _settings(cfg, echo, progress)
     engines = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
     stop = engines["plain"].base_spec.eos_token_ids

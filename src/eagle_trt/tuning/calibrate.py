@@ -3,7 +3,11 @@ and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench o
 tuning/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
 the same prompts, and the fastest measured is the choice. The result is cached per (base, draft,
 device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
-SmolLM2 on 2 CPU cores).
+SmolLM2 on 2 CPU cores, up to 8 for a new draft).
+
+Tuning never surprises: `build`, `bench`, `demo` and `eagle-trt tune` measure with a progress callback and within a
+time budget (candidates past it are skipped and said); interactive commands (`generate`) never measure: they take
+the cached choice or `preset_tree`, and say how to tune (`tune_command`).
 """
 
 from __future__ import annotations
@@ -18,14 +22,19 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt.tuning import TUNE_BUDGET_S
 from eagle_trt.tuning.profile import ProfileConfig, profile_engine
 from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
-from eagle_trt.tree import AUTO, Tree, TreeConfig, resolve
+from eagle_trt.tree import AUTO, DEFAULT_TREES, Tree, TreeConfig, resolve
 
 TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
+# what interactive commands use untuned: on a CPU the tuner chooses small trees (dynamic:3,2,4 on this 2-core
+# machine, int8 and fp32: docs/results/2026-11-25-draft-batch); on a GPU the engine's default
+PRESET_TREES = {"cpu": "dynamic:3,2,4", "cuda": DEFAULT_TREES["pytorch"]}
+TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 1  # profile, acceptance, plain, then the candidate runs
 
 
 @dataclass(frozen=True)
@@ -38,6 +47,7 @@ class TuneRequest:
     prompts: int = 16  # calibration prompts
     max_tokens: int = 48
     max_nodes: int = 32
+    budget_s: float = TUNE_BUDGET_S  # not part of the cache key: it bounds how long, not what is measured
 
 
 def probe_tree(depth: int = PROBE_DEPTH, width: int = PROBE_WIDTH) -> Tree:
@@ -117,30 +127,68 @@ def cache_key(req: TuneRequest) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
 
 
-def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dict:
-    """Measure (or read from the cache) and choose. Returns {"chosen": {...}, "candidates": [...], ...}."""
+def cache_path(req: TuneRequest) -> Path:
     from eagle_trt.demo_model import cache_root
+
+    return cache_root() / "tuning" / f"{cache_key(req)}.json"
+
+
+def cached_tuning(req: TuneRequest) -> dict | None:
+    """The stored result for this request on this machine and code, or None (nothing is measured)."""
+    path = cache_path(req)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
+         progress=lambda done, total, what: None) -> dict:
+    """Measure (or read from the cache) and choose. Returns {"chosen": {...}, "candidates": [...], ...}.
+    `progress(done, total, what)` after each of the TUNE_STAGES stages; candidates not started within
+    req.budget_s are skipped (listed in "skipped"), the first dynamic tree always runs."""
     from eagle_trt.runtime import EagleDecoder
 
-    path = cache_root() / "tuning" / f"{cache_key(req)}.json"
+    path = cache_path(req)
     if use_cache and path.exists():
         echo(f"--tree auto: cached tuning {path}")
         return json.loads(path.read_text(encoding="utf-8"))
     t0 = time.time()
+    done = 0
+
+    def advance(what: str):
+        nonlocal done
+        done += 1
+        progress(done, TUNE_STAGES, what)
+
     prompts = _prompts(req.base, req.prompts)
-    echo(f"--tree auto: measuring costs and acceptance on {len(prompts)} calibration prompts (once per machine)")
+    echo(f"--tree auto: measuring costs and acceptance on {len(prompts)} calibration prompts, at most "
+         f"~{req.budget_s:.0f} s (once per machine, then cached)")
     probe = EagleDecoder.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), device=req.device,
-                             dtype=req.dtype, draft_vocab=req.draft_vocab)
+                              dtype=req.dtype, draft_vocab=req.draft_vocab)
     profile = profile_engine(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
+    advance("cost table")
     counter = AcceptanceCounter(PROBE_DEPTH, PROBE_WIDTH)
     probe.on_verify = counter
     _run(probe, prompts, req.max_tokens)
     probe.on_verify = None
     accept = counter.table()
+    advance("acceptance")
     context = sum(len(p) for p in prompts) / len(prompts) + req.max_tokens / 2
     bare = CostModel.from_profile(profile, int(context))
     _, plain_ms = _run(probe.with_tree("chain:1", speculative=False), prompts, req.max_tokens)
-    measured = {arg: _run(probe.with_tree(arg), prompts, req.max_tokens) for arg in DYNAMIC_GRID}  # (τ, ms/step)
+    advance("plain decoding")
+    skipped: list[str] = []
+
+    def in_budget(arg: str, first: bool = False) -> bool:
+        if first or time.time() - t0 < req.budget_s:
+            return True
+        skipped.append(arg)
+        advance(f"{arg} skipped")
+        return False
+
+    measured = {}  # arg -> (τ, ms/step)
+    for i, arg in enumerate(DYNAMIC_GRID):
+        if in_budget(arg, first=i == 0):
+            measured[arg] = _run(probe.with_tree(arg), prompts, req.max_tokens)
+            advance(arg)
     # what the forwards do not explain (host work per step), from the measured runs
     overhead = sorted(ms - dynamic_step_ms(resolve(arg), bare, tau) for arg, (tau, ms) in measured.items())
     cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),
@@ -148,8 +196,14 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
     candidates, measured_tps = [], {}
     ranked = ranked_static_trees(accept, cost, req.max_nodes)
     best_chain = next(c for c in ranked if c.arg.startswith("chain:"))  # the cheapest trees to draft
-    for static in ranked[:STATIC_MEASURED] + ([best_chain] if best_chain not in ranked[:STATIC_MEASURED] else []):
+    statics = ranked[:STATIC_MEASURED] + ([best_chain] if best_chain not in ranked[:STATIC_MEASURED] else [])
+    for _ in range(STATIC_MEASURED + 1 - len(statics)):
+        advance("")  # the best chain was among the first: one run fewer
+    for static in statics:
+        if not in_budget(static.arg):
+            continue
         s_tau, s_ms = _run(probe.with_tree(static.arg), prompts, req.max_tokens)
+        advance(static.arg)
         candidates.append(static)
         measured_tps[static.arg] = 1000.0 * s_tau / s_ms
         echo(f"  {static.arg}: accepted length {s_tau:.2f} ({static.accepted_length:.2f} predicted), "
@@ -166,10 +220,12 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True) -> dic
               "candidates": [{**c.to_dict(), "measured_tok_per_s": round(measured_tps[c.arg], 3)} for c in candidates],
               "acceptance": accept, "context": context, "profile": profile, "overhead_ms": cost.overhead,
               "plain_overhead_ms": cost.plain_overhead, "measured_plain_ms": plain_ms,
-              "seconds": round(time.time() - t0, 1),
+              "seconds": round(time.time() - t0, 1), "skipped": skipped, "budget_s": req.budget_s,
               "request": {k: str(v) for k, v in req.__dict__.items()}, "tuner_version": TUNER_VERSION}
     echo(f"--tree auto: {chosen.arg} ({measured_tps[chosen.arg]:.1f} tok/s measured; predicted accepted length "
          f"{chosen.accepted_length:.2f}, {chosen.tok_per_s:.1f} tok/s, {chosen.speedup:.2f}x) in {result['seconds']:.0f} s")
+    if skipped:
+        echo(f"--tree auto: the {req.budget_s:.0f} s budget ran out; not measured: {', '.join(skipped)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -199,18 +255,38 @@ def predict(result: dict, arg: str) -> TreeChoice | None:
     return TreeChoice(arg, value, static_step_ms(cfg.tree, cost, value), cost.plain_step())
 
 
-def resolve_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None, **load) -> tuple[str, dict | None]:
-    """(the concrete --tree value, the tuning result or None): `auto` is tuned (or read from the cache)."""
+def tune_command(req: TuneRequest) -> str:
+    """The `eagle-trt tune` line that fills the cache entry `req` reads."""
+    line = f"eagle-trt tune --base {req.base} --draft {req.draft}"
+    for flag, value, default in (("--device", req.device, "cpu"), ("--dtype", req.dtype, "float32"),
+                                 ("--draft-vocab", req.draft_vocab, None)):
+        if value != default:
+            line += f" {flag} {value}"
+    return line
+
+
+def preset_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None, **load) -> tuple[str, dict | None]:
+    """For interactive commands, which never measure: (the concrete --tree value, the cached tuning or None).
+    `auto` takes the cached choice if this machine has tuned this pair, else the engine's default tree, and says
+    how to tune."""
     if tree != AUTO:
         return tree, None
     if draft is None:
         return "chain:1", None
-    result = tune(TuneRequest(Path(base), Path(draft), **load), echo=echo)
-    return result["chosen"]["tree"], result
+    req = TuneRequest(Path(base), Path(draft), **load)
+    result = cached_tuning(req)
+    if result is not None:
+        echo(f"--tree auto: {result['chosen']['tree']} (tuned on this machine, {cache_path(req)})")
+        return result["chosen"]["tree"], result
+    preset = PRESET_TREES.get(req.device, DEFAULT_TREES["pytorch"])
+    echo(f"--tree auto: not tuned on this machine yet; using the preset {preset}. To tune once (a few minutes, "
+         f"cached): {tune_command(req)}")
+    return preset, None
 
 
 def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: str, draft_vocab: int | None,
-               echo=lambda msg: None, threads: int | None = None) -> dict:
+               echo=lambda msg: None, threads: int | None = None, progress=lambda done, total, what: None,
+               budget_s: float = TUNE_BUDGET_S) -> dict:
     """Build options for `--tree auto`: {"tree": the tuned tree, "tree_tuning": what the bundle records}.
     `threads`: the CPU threads the served engine will have (costs measured at another count mislead the tuner)."""
     from eagle_trt.build_spec import auto_dtype
@@ -228,7 +304,8 @@ def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: 
     if threads and device == "cpu":
         torch.set_num_threads(threads)
     try:
-        result = tune(TuneRequest(Path(base), Path(draft), device=device, dtype=dtype, draft_vocab=draft_vocab), echo)
+        result = tune(TuneRequest(Path(base), Path(draft), device=device, dtype=dtype, draft_vocab=draft_vocab,
+                                  budget_s=budget_s), echo, progress=progress)
     finally:
         torch.set_num_threads(before)
     chosen = result["chosen"]
