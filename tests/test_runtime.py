@@ -11,7 +11,7 @@ from eagle_trt.runtime.drafting import dynamic_tree, run_alone
 from runtime_helpers import OracleDraft, tiny_engine
 
 TREES = ["chain:1", "chain:4", "static:mc_sim_7b_63", "static:eagle_default", "static:[[0],[1],[0,0],[0,1],[1,0]]",
-         "dynamic:3,4,10", "dynamic:5,8,48"]
+         "dynamic:3,4,10", "dynamic:5,8,48", "chain:2+suffix:1,4", "dynamic:3,4,10+suffix:2,6"]
 PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
 
 
@@ -30,6 +30,21 @@ def test_greedy_identity_with_random_draft(request, tiny_base, plain_outputs, tr
         assert result.token_ids == plain_outputs[tuple(prompt)]
         assert result.finish_reason == "length" and len(result.token_ids) == 48
         assert result.stats.steps == 47 - sum(a - 1 for a in result.stats.accepted_lengths)
+
+
+def test_suffix_candidates_are_verified_and_accepted(tiny_base, eagle1_draft, plain_outputs):
+    """The tiny model's greedy text repeats itself: the automaton proposes, the base accepts some, output unchanged."""
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1+suffix:2,8")
+    proposed = accepted = 0
+    for prompt in PROMPTS:
+        result = engine.generate_all(prompt, 48)
+        assert result.token_ids == plain_outputs[tuple(prompt)]
+        proposed += result.stats.num_suffix_tokens
+        accepted += result.stats.num_accepted_suffix_tokens
+        assert result.stats.num_accepted_suffix_tokens <= result.stats.num_accepted_draft_tokens
+    assert proposed > 0 and accepted > 0, (proposed, accepted)
+    without = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1").generate_all(PROMPTS[0], 48).stats
+    assert without.num_suffix_tokens == 0
 
 
 def test_plain_decoding_equals_hf_transformers(tiny_base, plain_outputs):

@@ -5,7 +5,8 @@
    p_x(y); when x is not in the tree, the step ends after the bonus token (t2 = "none").
 2. End to end (slow): the first three sampled tokens of EAGLE generation on a tiny model follow the exact base
    distribution computed from its conditionals.
-Both use Pearson's chi-square test (cells with expected count < 5 pooled) rejected at p < 1e-4; over the 9 checks
+The end-to-end check runs with suffix-automaton candidates too (deterministic proposals merged into the tree).
+Both use Pearson's chi-square test (cells with expected count < 5 pooled) rejected at p < 1e-4; over the 10 checks
 below the family-wise false-alarm rate is under 1e-3. A lossy rule is shown to fail the same test (power check).
 """
 
@@ -142,15 +143,19 @@ def exact_three_tokens(engine, params):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tree, params", [("dynamic:2,3,6", SamplingParams(temperature=1.0)),
-                                          ("static:[[0],[1],[0,0],[0,1]]", SamplingParams(temperature=0.7, top_p=0.9))])
+                                          ("static:[[0],[1],[0,0],[0,1]]", SamplingParams(temperature=0.7, top_p=0.9)),
+                                          ("chain:1+suffix:1,3", SamplingParams(temperature=1.0))])
 def test_generation_is_lossless_end_to_end(tree, params):
     engine = tiny_engine(tree, vocab=E2E_VOCAB, seed=3)
     exact = exact_three_tokens(engine, params)
-    counts, accepted = {}, 0
+    counts, accepted, suffix_accepted = {}, 0, 0
     for seed in range(E2E_SAMPLES):
         result = engine.generate_all(PROMPT, 3, SamplingParams(params.temperature, params.top_k, params.top_p, seed))
         key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
         accepted += result.stats.num_accepted_draft_tokens
+        suffix_accepted += result.stats.num_accepted_suffix_tokens
     assert accepted > E2E_SAMPLES * 0.2, "drafts must get accepted, or the test checks nothing"
+    if "+suffix" in tree:  # the automaton's deterministic candidates must be tried and accepted, not just drafted
+        assert suffix_accepted > E2E_SAMPLES * 0.05, suffix_accepted
     assert goodness_of_fit(counts, exact, E2E_SAMPLES) > ALPHA

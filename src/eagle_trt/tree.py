@@ -28,7 +28,7 @@ The packed mask is TRT-LLM's ``spec_decoding_packed_mask`` layout: int32 words, 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -58,7 +58,29 @@ NAMED_TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "eagle_default": EAGLE_DEFAULT}
 # Checked on the numbers of a --tree value before any structure is built (a chain of N nodes holds N^2/2 ranks).
 MAX_DRAFT_TOKENS = 256
 MAX_TREE_FILE_BYTES = 1 << 20
-TREE_ARG_HELP = "chain:N | NAME|FILE|static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
+TREE_ARG_HELP = ("chain:N | NAME|FILE|static:NAME|FILE (NAME: mc_sim_7b_63, eagle_default) | dynamic:DEPTH,TOPK,TOKENS"
+                 ", each optionally +suffix[:MIN_MATCH,TOKENS]")
+SUFFIX_MARK = "+suffix"
+
+
+@dataclass(frozen=True)
+class Suffix:
+    """Suffix-automaton candidates merged into every step's tree (runtime/suffix.py): when the text's longest
+    repeated suffix is at least `min_match` tokens, the `max_tokens` tokens that followed its first occurrence."""
+
+    min_match: int = 4
+    max_tokens: int = 8
+
+    def __post_init__(self):
+        if not 1 <= self.min_match <= 64 or not 1 <= self.max_tokens <= 64:
+            raise EagleTrtError(f"suffix candidates need 1 <= MIN_MATCH <= 64 and 1 <= TOKENS <= 64, got "
+                                f"{self.min_match},{self.max_tokens}", "e.g. +suffix:4,8")
+
+    def to_arg(self) -> str:
+        return f"{SUFFIX_MARK}:{self.min_match},{self.max_tokens}"
+
+    def to_dict(self) -> dict:
+        return {"min_match": self.min_match, "max_tokens": self.max_tokens}
 
 
 @dataclass(frozen=True)
@@ -243,44 +265,60 @@ class TreeConfig:
     top_k: int = 0
     total_tokens: int = 0  # draft nodes selected per step (root excluded)
     source: str = field(default="", compare=False)  # the name or file a static tree came from
+    suffix: Suffix | None = None  # suffix-automaton candidates merged into each step's tree (pytorch, llmapi)
 
     def to_arg(self) -> str:
         """The --tree value that resolves to this config anywhere (static choices inline)."""
         if self.kind == "dynamic":
-            return f"dynamic:{self.depth},{self.top_k},{self.total_tokens}"
-        if self.kind == "chain":
-            return f"chain:{self.tree.num_nodes}"
-        return "static:" + json.dumps(self.tree.to_list(), separators=(",", ":"))
+            arg = f"dynamic:{self.depth},{self.top_k},{self.total_tokens}"
+        elif self.kind == "chain":
+            arg = f"chain:{self.tree.num_nodes}"
+        else:
+            arg = "static:" + json.dumps(self.tree.to_list(), separators=(",", ":"))
+        return arg + (self.suffix.to_arg() if self.suffix else "")
 
     def label(self) -> str:
         """Short name for tables and logs: the --tree value, or a static tree's source and size."""
         if self.kind == "static" and (self.source or len(self.to_arg()) > 60):
-            return f"static:{self.source or 'inline'} ({self.tree.num_nodes} nodes, depth {self.tree.depth})"
+            return (f"static:{self.source or 'inline'} ({self.tree.num_nodes} nodes, depth {self.tree.depth})"
+                    + (self.suffix.to_arg() if self.suffix else ""))
         return self.to_arg()
 
     @property
+    def drafted(self) -> TreeConfig:
+        """The same tree without suffix candidates."""
+        return replace(self, suffix=None)
+
+    @property
     def max_draft_tokens(self) -> int:
-        return self.total_tokens if self.kind == "dynamic" else self.tree.num_nodes
+        drafted = self.total_tokens if self.kind == "dynamic" else self.tree.num_nodes
+        return drafted + (self.suffix.max_tokens if self.suffix else 0)
 
     def to_dict(self) -> dict:
         """What a bundle stores (eagle_trt_spec.json, the engine model's config): no text to parse again."""
+        extra = {"suffix": self.suffix.to_dict()} if self.suffix else {}
         if self.kind == "dynamic":
-            return {"kind": "dynamic", "depth": self.depth, "top_k": self.top_k, "total_tokens": self.total_tokens}
-        return {"kind": self.kind, "choices": self.tree.to_list()} | ({"source": self.source} if self.source else {})
+            return {"kind": "dynamic", "depth": self.depth, "top_k": self.top_k, "total_tokens": self.total_tokens,
+                    **extra}
+        return ({"kind": self.kind, "choices": self.tree.to_list()} | ({"source": self.source} if self.source else {})
+                | extra)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "tree") -> TreeConfig:
         """Inverse of `to_dict`, validated as a --tree value is."""
         kind = data.get("kind") if isinstance(data, dict) else None
         try:
+            suffix = Suffix(int(data["suffix"]["min_match"]), int(data["suffix"]["max_tokens"])) \
+                if data.get("suffix") is not None else None
             if kind == "dynamic":
-                return _dynamic(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"]), where)
+                return replace(_dynamic(int(data["depth"]), int(data["top_k"]), int(data["total_tokens"]), where),
+                               suffix=suffix)
             if kind in ("chain", "static"):
                 tree = Tree.from_choices(data["choices"], source=where)
                 if kind == "chain" and tree != Tree.chain(tree.num_nodes):
                     raise EagleTrtError(f"{where}: a chain's choices must be [[0], [0, 0], ...]", "rebuild the bundle")
-                return cls(kind, tree=tree, source=str(data.get("source", "")))
-        except (KeyError, TypeError, ValueError):
+                return cls(kind, tree=tree, source=str(data.get("source", "")), suffix=suffix)
+        except (AttributeError, KeyError, TypeError, ValueError):
             pass
         raise EagleTrtError(f"{where}: not a stored tree: {data!r}",
                             "the bundle was written by another eagle-trt version; rebuild it")
@@ -305,6 +343,9 @@ def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConf
     if value is None:
         value = DEFAULT_TREES.get(engine, DEFAULT_RUNTIME_TREE)
     cfg = value if isinstance(value, TreeConfig) else _parse(str(value))
+    if cfg.suffix is not None and engine in ("trtllm", "vllm"):
+        raise EagleTrtError(f"--tree {cfg.label()}: suffix candidates run on --engine pytorch and llmapi (TensorRT-LLM's "
+                            f"sa_config), not {engine}", f"drop {SUFFIX_MARK} from --tree")
     if engine == "trtllm" and cfg.kind == "dynamic":
         raise EagleTrtError(f"the TensorRT-LLM engine (trtllm-build) needs a static tree, got {cfg.to_arg()}",
                             "pass a named tree, a JSON file or chain:N; dynamic trees run on --engine pytorch or "
@@ -318,6 +359,9 @@ def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConf
 
 
 def _parse(arg: str) -> TreeConfig:
+    tree_arg, mark, rest = arg.partition(SUFFIX_MARK)
+    if mark:
+        return replace(_parse(tree_arg), suffix=_suffix(rest, arg))
     if arg == AUTO:
         raise EagleTrtError("--tree auto asks for tuning, which this step does not do",
                             "tune first (eagle-trt build/bench tune it) or pass a tree such as chain:3")
@@ -352,6 +396,18 @@ def _parse(arg: str) -> TreeConfig:
                             f"(looked for {path.absolute()})",
                             f"named trees: {', '.join(sorted(NAMED_TREES))}; or a JSON file of paths; {TREE_ARG_HELP}")
     return TreeConfig("static", tree=Tree.from_file(path), source=str(path.absolute()))
+
+
+def _suffix(rest: str, arg: str) -> Suffix:
+    """`+suffix` (defaults) or `+suffix:MIN_MATCH,TOKENS`."""
+    if not rest:
+        return Suffix()
+    try:
+        min_match, tokens = (int(x) for x in rest.removeprefix(":").split(","))
+    except ValueError:
+        raise EagleTrtError(f"invalid suffix setting in {arg!r}", "write +suffix or +suffix:MIN_MATCH,TOKENS, e.g. "
+                            "chain:3+suffix:4,8") from None
+    return Suffix(min_match, tokens)
 
 
 def _dynamic(depth: int, top_k: int, total: int, what: str) -> TreeConfig:

@@ -22,6 +22,9 @@ from eagle_trt.spec import PRECISIONS
 @click.option("--prompts", type=click.IntRange(min=0),
               default=10, show_default=True,
               help="How many, one per category in turn (MT-bench: writing, roleplay, ...); 0 = every prompt.")
+@click.option("--turns", type=click.Choice(["both", "first"]), default="both", show_default=True,
+              help="both: every user turn of a multi-turn prompt (MT-bench as defined: the second turn sees the "
+                   "model's own first answer, cut at --max-tokens); first: first turns only.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
@@ -32,7 +35,7 @@ from eagle_trt.spec import PRECISIONS
 @click.option("--chat/--no-chat", default=True, show_default=True)
 @tune_budget_option
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
-def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device, dtype, draft_vocab, chat, tune_budget,
+def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, turns, max_tokens, device, dtype, draft_vocab, chat, tune_budget,
               json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
 
@@ -47,7 +50,7 @@ def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, max_tokens, device,
     from eagle_trt.perf.bench_runtime import BenchConfig, format_table, run_bench
 
     cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
-                      max_tokens, device, dtype, chat, draft_vocab, tune_budget)
+                      max_tokens, device, dtype, chat, draft_vocab, turns=turns, tune_budget=tune_budget)
     with tuning_progress() as progress:
         result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out, progress=progress)
     json_out.write_text(json.dumps(result, indent=2))

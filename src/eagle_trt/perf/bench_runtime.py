@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt.errors import EagleTrtError
 from eagle_trt.tuning import TUNE_BUDGET_S
 
 
@@ -30,6 +31,7 @@ class BenchConfig:
     dtype: str = "float32"
     chat: bool = True
     draft_vocab: int | None = None  # FR-Spec size for EAGLE-1/2 drafts (None: the draft's file, 0: full)
+    turns: str = "first"  # "first" | "both": MT-bench as defined (turn 2 sees the model's own first answer)
     tune_budget: float = TUNE_BUDGET_S  # seconds `auto` may measure per draft (when not cached)
 
     @property
@@ -39,15 +41,34 @@ class BenchConfig:
         return tuple(self.draft) if isinstance(self.draft, (tuple, list)) else (self.draft,)
 
 
-def _encode_all(cfg: BenchConfig) -> tuple[list[list[int]], list[str]]:
-    """(token ids, category) of each prompt the bench runs."""
-    from transformers import AutoTokenizer
+class Items:
+    """The bench's prompts as (prompt, turn) items, encoded on demand: a second turn is the conversation with the
+    model's own first answer (the plain row's greedy output, which every identical row shares)."""
 
-    from eagle_trt.datasets import encode_prompt, load_dataset, take_prompts
+    def __init__(self, cfg: BenchConfig):
+        from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(cfg.base)
-    prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
-    return [encode_prompt(tok, p.text, cfg.chat) for p in prompts], [p.category for p in prompts]
+        from eagle_trt.datasets import load_dataset, take_prompts
+
+        self.cfg = cfg
+        self.tok = AutoTokenizer.from_pretrained(cfg.base)
+        self.prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
+        if cfg.turns == "both" and not cfg.chat:
+            raise EagleTrtError("--turns both needs the chat template (a second turn is a conversation)",
+                                "drop --no-chat, or pass --turns first")
+        self.turns = [min(len(p.turns) or 1, 2 if cfg.turns == "both" else 1) for p in self.prompts]
+
+    def __len__(self) -> int:
+        return sum(self.turns)
+
+    def encode(self, i: int, turn: int, answers: list[list[int]]) -> list[int]:
+        from eagle_trt.datasets import encode_conversation, encode_prompt
+
+        prompt = self.prompts[i]
+        if turn == 1:
+            return encode_prompt(self.tok, prompt.text, self.cfg.chat)
+        texts = [self.tok.decode(a, skip_special_tokens=True) for a in answers]
+        return encode_conversation(self.tok, list(prompt.turns[:turn]), texts)
 
 
 def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
@@ -77,12 +98,13 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
 
 def _empty_row() -> dict:
     return {"tokens": 0, "seconds": 0.0, "prefill_s": 0.0, "accepted_lengths": [], "drafted": 0, "accepted": 0,
-            "draft_s": 0.0, "verify_s": 0.0, "outputs": [], "categories": {}}
+            "draft_s": 0.0, "verify_s": 0.0, "outputs": [], "categories": {}, "turns": {},
+            "suffix_proposed": 0, "suffix_accepted": 0}
 
 
-def _per_category(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
-    """category -> tok/s, speedup over plain and mean accepted length, from [tokens, seconds, verify steps, tokens
-    accepted by them] sums."""
+def _per_group(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
+    """category (or turn) -> tok/s, speedup over plain and mean accepted length, from [tokens, seconds, verify
+    steps, tokens accepted by them] sums."""
     out = {}
     for cat, (tokens, seconds, steps, accepted) in categories.items():
         tps = tokens / max(seconds, 1e-9)
@@ -100,9 +122,12 @@ def _summarise(rows: dict) -> dict:
                      "decode_tok_per_s": r["tokens"] / max(r["seconds"] - r["prefill_s"], 1e-9),
                      "mean_accepted_length": sum(lengths) / max(len(lengths), 1),
                      "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
-                     "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"])}
+                     "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"]),
+                     "suffix_proposed": r["suffix_proposed"], "suffix_accepted": r["suffix_accepted"]}
         if len(r["categories"]) > 1:
-            out[name]["per_category"] = _per_category(r["categories"], rows["plain"]["categories"])
+            out[name]["per_category"] = _per_group(r["categories"], rows["plain"]["categories"])
+        if len(r["turns"]) > 1:
+            out[name]["per_turn"] = _per_group(r["turns"], rows["plain"]["turns"])
     base_tps = out["plain"]["tok_per_s"]
     reference = rows["plain"]["outputs"]
     for name, row in out.items():
@@ -120,20 +145,26 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
 
     from eagle_trt.tuning.calibrate import predict
 
-    prompts, categories = _encode_all(cfg)
+    items = Items(cfg)
     settings, tunings = _settings(cfg, echo, progress)
     engines = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
     stop = engines["plain"].base_spec.eos_token_ids
     for engine in engines.values():
-        engine.generate_all(prompts[0], 8, stop_token_ids=stop)  # warm-up
-    echo(f"{len(prompts)} prompts x {cfg.max_tokens} tokens, settings: {', '.join(settings)}")
+        engine.generate_all(items.encode(0, 1, []), 8, stop_token_ids=stop)  # warm-up
+    echo(f"{len(items.prompts)} prompts ({len(items)} turns) x {cfg.max_tokens} tokens, settings: "
+         f"{', '.join(settings)}")
     if not engines["plain"].base.batch_invariant:
         echo("note: this engine is not batch-invariant here (a verify row may differ from a decode step in the last "
              "bits), so EAGLE matches plain decoding up to numerical near-ties")
     rows = {name: _empty_row() for name in settings}
     result = {}
-    for i, ids in enumerate(prompts):
+    order = [(i, turn) for i, turns in enumerate(items.turns) for turn in range(1, turns + 1)]
+    answers: list[list[int]] = []
+    for done, (i, turn) in enumerate(order):
+        answers = answers if turn > 1 else []
+        ids = items.encode(i, turn, answers)
+        category = items.prompts[i].category
         for name, engine in engines.items():
             t0 = time.perf_counter()
             res = engine.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
@@ -148,11 +179,15 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
             r["draft_s"] += res.stats.draft_time_s
             r["verify_s"] += res.stats.verify_time_s
             r["outputs"].append(res.token_ids)
-            sums = r["categories"].setdefault(categories[i], [0, 0.0, 0, 0])  # as _per_category reads them
-            sums[0] += len(res.token_ids)
-            sums[1] += elapsed
-            sums[2] += len(res.stats.accepted_lengths)
-            sums[3] += sum(res.stats.accepted_lengths)
+            r["suffix_proposed"] += res.stats.num_suffix_tokens
+            r["suffix_accepted"] += res.stats.num_accepted_suffix_tokens
+            for group, key in (("categories", category), ("turns", f"turn {turn}")):
+                sums = r[group].setdefault(key, [0, 0.0, 0, 0])  # as _per_group reads them
+                sums[0] += len(res.token_ids)
+                sums[1] += elapsed
+                sums[2] += len(res.stats.accepted_lengths)
+                sums[3] += sum(res.stats.accepted_lengths)
+        answers = answers + [rows["plain"]["outputs"][-1]]
         summary = _summarise(rows)
         for name, (draft, tree) in settings.items():
             guess = predict(tunings[draft], tree) if draft in tunings else None
@@ -163,14 +198,14 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
                 summary[name]["predicted_tok_per_s"] = 1000.0 / next(iter(tunings.values()))["measured_plain_ms"]
         result = {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": summary,
                   "tunings": {str(d): t["chosen"] for d, t in tunings.items()},
-                  "prompts_done": i + 1, "prompts_total": len(prompts),
+                  "prompts_done": done + 1, "prompts_total": len(order),
                   "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()},
                   "batch_invariant": bool(engines["plain"].base.batch_invariant)}  # EAGLE == plain bit for bit
         if checkpoint is not None:
             checkpoint.write_text(json.dumps(result, indent=2))
-        if (i + 1) % 10 == 0 or i + 1 == len(prompts):
+        if (done + 1) % 10 == 0 or done + 1 == len(order):
             taus = ", ".join(f"{n} {r['mean_accepted_length']:.2f}" for n, r in result["rows"].items() if n != "plain")
-            echo(f"  {i + 1}/{len(prompts)} prompts; tau: {taus}")
+            echo(f"  {done + 1}/{len(order)} turns; tau: {taus}")
     return result
 
 
@@ -185,14 +220,15 @@ def format_table(result: dict) -> str:
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
                      f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} "
                      f"({r['identical_prompts']}/{n}) |")
-    with_categories = [name for name, r in result["rows"].items() if "per_category" in r and name != "plain"]
-    if with_categories:
-        lines += ["", "Per category: speedup over plain (mean accepted length)", "",
-                  "| setting | " + " | ".join(result["rows"][with_categories[0]]["per_category"]) + " |",
-                  "|---|" + "---|" * len(result["rows"][with_categories[0]]["per_category"])]
-        for name in with_categories:
-            cells = [f"{c['speedup']:.2f}x ({c['mean_accepted_length']:.2f})"
-                     for c in result["rows"][name]["per_category"].values()]
+    for key, title in (("per_turn", "Per turn"), ("per_category", "Per category")):
+        named = [name for name, r in result["rows"].items() if key in r and name != "plain"]
+        if not named:
+            continue
+        groups = list(result["rows"][named[0]][key])
+        lines += ["", f"{title}: speedup over plain (mean accepted length)", "",
+                  "| setting | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+        for name in named:
+            cells = [f"{c['speedup']:.2f}x ({c['mean_accepted_length']:.2f})" for c in result["rows"][name][key].values()]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -25,6 +25,7 @@ from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, stat
 from eagle_trt.runtime.fast import check_precision, prepare
 from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
 from eagle_trt.runtime.model import BaseCall
+from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
@@ -40,6 +41,8 @@ class GenerationStats:
     accepted_lengths: list[int] = field(default_factory=list)
     num_draft_tokens: int = 0
     num_accepted_draft_tokens: int = 0
+    num_suffix_tokens: int = 0  # of num_draft_tokens: nodes the suffix automaton added (runtime/suffix.py)
+    num_accepted_suffix_tokens: int = 0  # of num_accepted_draft_tokens: accepted nodes it added
     prefill_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
@@ -56,6 +59,8 @@ class GenerationStats:
         return {"steps": self.steps, "mean_accepted_length": self.mean_accepted_length,
                 "acceptance_rate": self.acceptance_rate, "accepted_lengths": self.accepted_lengths,
                 "num_draft_tokens": self.num_draft_tokens, "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
+                "num_suffix_tokens": self.num_suffix_tokens,
+                "num_accepted_suffix_tokens": self.num_accepted_suffix_tokens,
                 "prefill_time_s": self.prefill_time_s, "draft_time_s": self.draft_time_s,
                 "verify_time_s": self.verify_time_s}
 
@@ -249,6 +254,10 @@ class EagleDecoder:
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
         logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache)
         root = self._sample(logits[-1], sampling, gen)
+        suffix = self.tree.suffix if self.draft is not None else None
+        sam = SuffixAutomaton() if suffix is not None else None  # this request's text; gone with the request
+        if sam is not None:
+            sam.extend_all(prompt + [root])
         update = None  # the draft rows the last base forward gives: the prompt (shifted by one), then accepted paths
         if self.draft is not None:
             shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))  # [P]
@@ -274,6 +283,11 @@ class EagleDecoder:
                     t0, t_prefill = clock.mark(), t0
                     clock.add(stats, "prefill_time_s", t_prefill, t0)
                 tree = yield from self._tree_steps(root, root_draft, length, draft_cache)
+            drafted = tree.num_draft_tokens
+            if sam is not None:
+                merged = merge_chain(tree, sam.propose(suffix.min_match, suffix.max_tokens))
+                tree = merged.tree
+                stats.num_suffix_tokens += merged.added
             t1 = clock.mark()
             positions = length + tree.depths  # [N+1]
             logits, hidden, captured = yield BaseCall(tree.tokens, positions, length, tree.mask, cache,
@@ -292,6 +306,9 @@ class EagleDecoder:
             stats.accepted_lengths.append(len(committed))
             stats.num_draft_tokens += tree.num_draft_tokens
             stats.num_accepted_draft_tokens += len(path) - 1
+            if sam is not None:
+                stats.num_accepted_suffix_tokens += sum(1 for node in path if node > drafted)
+                sam.extend_all(committed)
             if self.draft is not None:
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
                 pos = torch.arange(length, length + len(path), device=self.device)  # [A]
