@@ -80,10 +80,20 @@ def test_bench_compares_drafts_on_the_same_prompts(tiny_base, eagle1_draft, eagl
     assert res.exit_code == 0, res.output
     result = json.loads(out.read_text())
     assert set(result["rows"]) == {"plain", "eagle1 chain:2", "eagle3 chain:2"}
-    assert result["prompts_done"] == result["prompts_total"] == 3
+    assert result["prompts_done"] == result["prompts_total"] == 6  # MT-bench as defined: both turns of 3 prompts
     for row in result["rows"].values():
-        assert row["prompts"] == 3 and row["identical_prompts"] == 3 and row["tokens"] > 0
-    assert "| eagle3 chain:2 |" in res.output and "yes (3/3)" in res.output
+        assert row["prompts"] == 6 and row["identical_prompts"] == 6 and row["tokens"] > 0
+    assert set(result["rows"]["eagle1 chain:2"]["per_turn"]) == {"turn 1", "turn 2"}
+    assert "| eagle3 chain:2 |" in res.output and "yes (6/6)" in res.output and "Per turn" in res.output
+
+
+def test_second_turn_is_the_conversation_with_the_first_answer():
+    from eagle_trt.datasets import conversation
+
+    assert conversation(["q1", "q2"], ["a1"]) == [{"role": "user", "content": "q1"},
+                                                  {"role": "assistant", "content": "a1"},
+                                                  {"role": "user", "content": "q2"}]
+    assert conversation(["q1"], []) == [{"role": "user", "content": "q1"}]
 
 
 def test_demo_model_prints_its_directory_last(monkeypatch, tmp_path):
