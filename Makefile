@@ -8,8 +8,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
+# kubectl 1.20 (Debian's kubernetes-client, whose built-in kustomize is v2.0.3): tests/test_deploy.py renders every
+# Kubernetes overlay a bundle gets with it; unpacked here (git-ignored), never installed over the system's kubectl
+KUBECTL_DIR ?= .tools/kubectl-1.20
+KUBECTL := $(KUBECTL_DIR)/usr/bin/kubectl
 
-.PHONY: all setup aiperf test test-quick demo clean
+.PHONY: all setup aiperf kubectl test test-quick demo clean
 
 all: test
 
@@ -33,14 +37,22 @@ $(AIPERF_VENV)/.installed: src/eagle_trt/perf/aiperf_plugin/pyproject.toml
 
 aiperf: $(AIPERF_VENV)/.installed
 
-test: setup aiperf
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+$(KUBECTL):
+	mkdir -p $(KUBECTL_DIR)/deb
+	cd $(KUBECTL_DIR)/deb && (apt-get download kubernetes-client || (apt-get update -qq && apt-get download kubernetes-client))
+	dpkg -x $(KUBECTL_DIR)/deb/kubernetes-client_*.deb $(KUBECTL_DIR)
+	$(KUBECTL) version --client
 
-test-quick: setup
-	$(VENV)/bin/pytest -q -m "not slow and not server" $(PYTEST_ARGS)
+kubectl: $(KUBECTL)
+
+test: setup aiperf kubectl
+	EAGLE_TRT_KUBECTL=$(abspath $(KUBECTL)) $(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+test-quick: setup kubectl
+	EAGLE_TRT_KUBECTL=$(abspath $(KUBECTL)) $(VENV)/bin/pytest -q -m "not slow and not server" $(PYTEST_ARGS)
 
 demo: setup aiperf
 	$(VENV)/bin/eagle-trt demo
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) .pytest_cache
+	rm -rf $(VENV) $(AIPERF_VENV) .pytest_cache .tools

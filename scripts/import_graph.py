@@ -26,7 +26,7 @@ LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low module
     ("runtime",),
     ("tuning",),
     ("model_repository",),
-    ("serving", "client"),
+    ("serving", "client", "deploy"),
     ("perf",),
     ("build", "train"),
     ("commands",),

@@ -42,4 +42,7 @@ TRITON_METRICS = (
     "nv_inference_request_duration_us",
     "nv_inference_queue_duration_us",
     "nv_inference_compute_infer_duration_us",
+    # a histogram (_bucket/_sum/_count) of the time to a request's first response, exported only with
+    # `tritonserver --metrics-config histogram_latencies=true` (Triton metrics docs, "Histograms")
+    "nv_inference_first_response_histogram_ms",
 )

@@ -8,6 +8,7 @@ OUT/
   perf/                 datasets and scripts, by eagle_trt.perf.harness_files
   draft/                (llmapi, vllm) the draft in the layout that engine reads, when its own is another
   base/                 (llmapi, vllm) the base with both RoPE config layouts, when it has transformers 5's only
+  deploy/               Kubernetes (kustomize base + this engine's overlay), Grafana dashboard, by eagle_trt.deploy
 ```
 The bundle is written into a temporary sibling of OUT and renamed at the end, so a failed build leaves nothing
 half-written; an existing OUT is replaced only with `force`.
@@ -26,6 +27,7 @@ from eagle_trt.build.served_base import SERVED_BASE_DIR, legacy_rope_missing, wr
 from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
+from eagle_trt.deploy import DEPLOY_DIR, DeployOptions, write_deploy
 from eagle_trt.draft_layouts import served_layout_change
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
@@ -89,6 +91,7 @@ def plan_build(base_dir: str | Path, draft_dir: str | Path | None, out: str | Pa
         steps.append("LLM-API config -> model_repository/{eagle,base}_engine/1/model.yaml")
     steps.append("model repository -> model_repository/")
     steps.append("perf harness -> perf/")
+    steps.append(f"Kubernetes manifests and Grafana dashboard -> {DEPLOY_DIR}/")
     steps.append(f"build spec -> {SPEC_FILE}")
     return BuildPlan(spec=spec, out=Path(out).resolve(), steps=steps)
 
@@ -99,14 +102,16 @@ def check_out_free(out: Path, force: bool) -> None:
         raise EagleTrtError(f"{out} already exists", "pass --force to replace it, or choose another -o/--output")
 
 
-def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, force: bool = False,
-                 skip_convert: bool = False, skip_engines: bool = False, dry_run: bool = False) -> Path:
+def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, deploy: DeployOptions | None = None,
+                 force: bool = False, skip_convert: bool = False, skip_engines: bool = False,
+                 dry_run: bool = False) -> Path:
     """Carry out a plan atomically; returns OUT. For trtllm, `dry_run` writes everything but the engines and
     records the exact trtllm-build commands in OUT/engines/build_engines.sh."""
     out, spec = plan.out, plan.spec
     check_out_free(out, force)
-    serving = serving or ServingOptions()
+    serving, deploy = serving or ServingOptions(), deploy or DeployOptions()
     serving.validate()
+    deploy.validate()
     with atomic_directory(out, label="building") as tmp:
         if spec.engine == "trtllm":
             if skip_convert and out.exists():  # reuse OUT's checkpoint
@@ -126,6 +131,7 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, forc
                 write_llmapi_config(spec, repo / engine_name / "1" / "model.yaml", speculative=speculative,
                                     decoupled=serving.decoupled)
         write_perf_files(spec, tmp)
+        write_deploy(spec, tmp, out, deploy)
         spec.save(tmp / SPEC_FILE)
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from eagle_trt.build.bundle import BuildPlan, build_bundle, check_out_free, plan_build
+from eagle_trt.deploy import DeployOptions
 from eagle_trt.model_repository import ServingOptions
 from eagle_trt.tree import AUTO
 from eagle_trt.tuning import TUNE_BUDGET_S
@@ -36,6 +37,7 @@ class BuildRequest:
     backend_version: str | None = None  # trtllm only (None: backend.DEFAULT_BACKEND_VERSION)
     chat_template: bool = True
     serving: ServingOptions = ServingOptions()
+    deploy: DeployOptions = DeployOptions()  # --k8s-*: the Kubernetes manifests under OUT/deploy/
     dry_run: bool = False
     skip_convert: bool = False
     skip_engines: bool = False
@@ -45,12 +47,14 @@ class BuildRequest:
     @classmethod
     def from_options(cls, **options) -> BuildRequest:
         """From the command's flat options: ServingOptions' own names go to `serving` (--kv-cache-fraction is its
-        kv_cache_free_gpu_mem_fraction)."""
+        kv_cache_free_gpu_mem_fraction), `k8s_<name>` to `deploy`'s <name>."""
         if "kv_cache_fraction" in options:
             options["kv_cache_free_gpu_mem_fraction"] = options.pop("kv_cache_fraction")
         names = {f.name for f in fields(ServingOptions)}
         serving = ServingOptions(**{k: options.pop(k) for k in list(options) if k in names})
-        return cls(serving=serving, **options)
+        deploy_names = {f"k8s_{f.name}" for f in fields(DeployOptions)}
+        deploy = DeployOptions(**{k[4:]: options.pop(k) for k in list(options) if k in deploy_names})
+        return cls(serving=serving, deploy=deploy, **options)
 
     def spec_options(self) -> dict:
         return {"dtype": self.dtype, "device": self.device, "max_batch_size": self.max_batch_size,
@@ -100,6 +104,7 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None,
     if tunes and not req.dry_run:
         check_out_free(plan.out, req.force)  # before the minutes of tuning, not after
         req.serving.validate()
+        req.deploy.validate()
         from eagle_trt.model_repository.configs import cpu_threads
         from eagle_trt.tuning.calibrate import tuned_tree
 
@@ -110,13 +115,14 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None,
         plan = make_plan()
     outcome = BuildOutcome(plan, None, tunes, req.dry_run)
     if req.dry_run and plan.spec.engine == "trtllm":  # TRT-LLM cannot run here: all but the engines, and the lines
-        outcome.out = build_bundle(plan, force=req.force, skip_convert=req.skip_convert, dry_run=True)
+        outcome.out = build_bundle(plan, deploy=req.deploy, force=req.force, skip_convert=req.skip_convert,
+                                   dry_run=True)
         outcome.trtllm_commands = (outcome.out / "engines" / "build_engines.sh").read_text().splitlines()[3:]
     elif req.dry_run and plan.spec.engine == "llmapi":  # the LLM API reads the HF directories when it loads
-        outcome.out = build_bundle(plan, force=req.force, dry_run=True)
+        outcome.out = build_bundle(plan, deploy=req.deploy, force=req.force, dry_run=True)
         outcome.model_yaml = outcome.out / "model_repository" / "eagle_engine" / "1" / "model.yaml"
     elif not req.dry_run:
         echo(f"building {plan.out} (engine {plan.spec.engine})")
-        outcome.out = build_bundle(plan, serving=req.serving, force=req.force, skip_convert=req.skip_convert,
-                                   skip_engines=req.skip_engines)
+        outcome.out = build_bundle(plan, serving=req.serving, deploy=req.deploy, force=req.force,
+                                   skip_convert=req.skip_convert, skip_engines=req.skip_engines)
     return outcome

@@ -65,6 +65,19 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
 @click.option("--kv-cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.9, show_default=True,
               help="Share of free GPU memory for the KV cache (trtllm).")
 @click.option("--enable-kv-cache-reuse", is_flag=True, help="Reuse KV cache across requests (trtllm).")
+@click.option("--k8s-pvc", default="eagle-trt-bundle", show_default=True,
+              help="Kubernetes (OUT/deploy/kubernetes): the PersistentVolumeClaim that holds the bundle (and its base "
+                   "and draft) at the paths of this build.")
+@click.option("--k8s-replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Kubernetes: replicas, and the autoscaler's minimum.")
+@click.option("--k8s-max-replicas", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Kubernetes: the autoscaler's maximum.")
+@click.option("--k8s-openai-port", type=click.IntRange(1, 65535), default=None,
+              help="Kubernetes: also serve the OpenAI-compatible route on this port (runs `eagle-trt serve`, so the "
+                   "image must have eagle-trt: a derived image, deploy/image/Dockerfile).")
+@click.option("--k8s-image", default=None,
+              help="Kubernetes: the serving image (default: NVIDIA's Triton image for the engine, or for the pytorch "
+                   "engine and the OpenAI route the derived image you build from deploy/image/Dockerfile).")
 @click.option("--dry-run", is_flag=True,
               help="Validate and print the plan (trtllm: also write the checkpoint and print the trtllm-build lines).")
 @click.option("--skip-convert", is_flag=True, help="trtllm: reuse OUT's existing checkpoint.")

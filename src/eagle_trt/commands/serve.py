@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from eagle_trt.deploy.kubernetes import TRITON_PORTS
 from eagle_trt.serving.supervisor import MAX_FAST_FAILURES
 
 
@@ -18,9 +19,9 @@ from eagle_trt.serving.supervisor import MAX_FAST_FAILURES
 @click.option("--load", "models", multiple=True, metavar="MODEL",
               help="Model to load (repeatable; default eagle_model and base_model). Ensembles bring what they use.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--http-port", type=int, default=8000, show_default=True)
-@click.option("--grpc-port", type=int, default=8001, show_default=True)
-@click.option("--metrics-port", type=int, default=8002, show_default=True)
+@click.option("--http-port", type=int, default=TRITON_PORTS["http"], show_default=True)
+@click.option("--grpc-port", type=int, default=TRITON_PORTS["grpc"], show_default=True)
+@click.option("--metrics-port", type=int, default=TRITON_PORTS["metrics"], show_default=True)
 @click.option("--openai-port", type=click.IntRange(1, 65535), default=None,
               help="Also serve an OpenAI-compatible API (/v1/models, /v1/chat/completions, /v1/completions) here.")
 @click.option("--log-file", type=click.Path(path_type=Path), help="Server log (default OUT/tritonserver.log).")
