@@ -90,3 +90,30 @@ def test_metrics_carry_the_model_tree_and_dtype_labels_and_types(server):
     assert f"# TYPE {HISTOGRAM} histogram" in text
     labels = {(ls["model"], ls["tree"], ls["dtype"]) for name, ls, _ in parse_metrics(text) if name == REQUESTS.name}
     assert labels == {("eagle_model", "chain:3", "float32"), ("base_model", "none", "float32")}
+
+
+def test_perf_reads_acceptance_from_the_metrics_when_responses_carry_none(server, tmp_path):
+    """perf's fallback on the real endpoint: runs whose requests hold no per-step figures (as a trtllm bundle
+    before 0.19 gives) take the mean accepted length from the scrapes around them."""
+    from eagle_trt.perf.aiperf_run import RequestResult, RunResult
+    from eagle_trt.perf.report import build_report
+    from eagle_trt.perf.server_metrics import around, scrape_acceptance
+
+    answers = {}
+
+    def run(model):
+        answers[model] = [ask(server, model, prompt, stream=False) for prompt in PROMPTS[:2]]
+        requests = [RequestResult(p, "", a["output_tokens"], 100.0, None, None) for p, a in zip(PROMPTS, answers[model])]
+        return RunResult(model, {}, requests, tmp_path)
+
+    before = scrape(server)
+    eagle, base = (around(server.metrics_url, m, lambda m=m: run(m)) for m in ("eagle_model", "base_model"))
+    steps = metric_sum(parse_metrics(scrape(server)), HISTOGRAM + "_count", model="eagle_model") - metric_sum(
+        parse_metrics(before), HISTOGRAM + "_count", model="eagle_model")
+    accepted = sum(a["accepted_draft_tokens"] for a in answers["eagle_model"])
+    assert eagle.scraped.verify_steps == steps > 0 and eagle.scraped.accepted_draft_tokens == accepted
+    report = build_report(eagle, base)
+    assert report["acceptance_source"] == "metrics"
+    assert report["mean_accepted_length"] == pytest.approx((accepted + steps) / steps)
+    assert report["base"]["scraped_metrics"]["mean_accepted_length"] == 1.0  # plain decoding: one token a step
+    assert scrape_acceptance("http://127.0.0.1:9/metrics", "eagle_model") is None  # nothing listens: no figures
