@@ -111,6 +111,8 @@ def test_real_aiperf_run_report_and_compare(bundle, tmp_path):
     assert report["eagle"]["output_token_throughput"] == max(rounds["eagle_model"])
     assert report["speedup"] == pytest.approx(max(rounds["eagle_model"]) / max(rounds["base_model"]))
     assert report["speedup"] > 0 and report["mean_accepted_length"] >= 1.0
+    assert report["acceptance_source"] == "responses"  # per-request figures first; the metrics scraped beside them
+    assert report["eagle"]["scraped_metrics"]["requests"] == 4 + 1 and report["base"]["scraped_metrics"]["draft_tokens"] == 0
     assert report["eagle"]["output_token_throughput"] > 0 and report["base"]["time_to_first_token_ms"] > 0
     perf = bundle / "perf"
     assert json.loads((perf / "report.json").read_text())["identical"] is True

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.metrics import AcceptanceCounts
 from eagle_trt.serving import TritonServer, free_port
 
 from builders import build_tiny_bundle
@@ -49,6 +51,9 @@ def test_serve_prints_endpoints_answers_and_stops_on_ctrl_c(bundle, tmp_path):
         if result is not None:
             assert result.exit_code == 0, result.output
             assert json.loads(result.output.strip().splitlines()[-1])["text"]
+            with urllib.request.urlopen(ready["metrics"], timeout=10) as response:  # the printed metrics endpoint
+                scraped = AcceptanceCounts.from_metrics(response.read().decode(), "eagle_model")
+            assert scraped.requests == 1 and scraped.draft_tokens > 0
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
         assert "tritonserver stopped" in proc.stderr.read()

@@ -8,11 +8,17 @@ conventions: counters end in `_total`, units are base units. Every family carrie
 
 Triton's own metrics used beside ours (queue time, compute time, request counts) are listed in TRITON_METRICS so
 that the dashboard and the rule name nothing a server does not export.
+
+`parse_metrics` reads the text a metrics endpoint answers and `AcceptanceCounts.from_metrics` sums our counters for
+one model, so that a perf run can difference a scrape before and after (`delta`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, fields
+
+from eagle_trt.errors import EagleTrtError
 
 METRIC_LABELS = ("model", "tree", "dtype")
 
@@ -22,6 +28,7 @@ class MetricSpec:
     name: str
     kind: str  # "counter" | "gauge" | "histogram" (pb_utils.MetricFamily kinds)
     help: str
+    buckets: tuple[float, ...] = field(default=())  # histogram upper bounds (le), ascending
 
 
 REQUESTS = MetricSpec("eagle_trt_requests_total", "counter", "Requests finished by the engine.")
@@ -33,6 +40,14 @@ ACCEPTED_DRAFT_TOKENS = MetricSpec("eagle_trt_accepted_draft_tokens_total", "cou
                                    "Draft tokens the base model accepted.")
 
 EAGLE_METRICS = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
+
+# Tokens one verify step commits: its accepted draft tokens + the base model's own (bonus) token, so 1 for plain
+# decoding; a tree of depth d commits at most d + 1. Exported as _bucket{le=...}, _sum, _count.
+ACCEPTED_TOKENS_PER_STEP = MetricSpec("eagle_trt_accepted_tokens_per_step", "histogram",
+                                      "Tokens committed per verify step (accepted draft tokens + 1).",
+                                      buckets=(1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16))
+EAGLE_HISTOGRAMS = (ACCEPTED_TOKENS_PER_STEP,)
+ALL_EAGLE_METRICS = EAGLE_METRICS + EAGLE_HISTOGRAMS
 
 # Triton core's per-model metrics (Triton metrics docs, "Inference Request Metrics"); microsecond counters.
 TRITON_METRICS = (
@@ -46,3 +61,62 @@ TRITON_METRICS = (
     # `tritonserver --metrics-config histogram_latencies=true` (Triton metrics docs, "Histograms")
     "nv_inference_first_response_histogram_ms",
 )
+
+
+# ---- reading a scrape -------------------------------------------------------------------------------------------
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\d+)?$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus text exposition: (name, labels, value) per line; comments skipped."""
+    samples = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            raise EagleTrtError(f"line {number} of the metrics text is not a Prometheus sample: {line[:120]!r}",
+                                "pass the text a Triton metrics endpoint (/metrics) answers")
+        name, labels, value = match.groups()
+        samples.append((name, {k: v.replace('\\"', '"') for k, v in _LABEL.findall(labels or "")}, float(value)))
+    return samples
+
+
+def metric_sum(samples, name: str, **labels: str) -> float:
+    """Sum of the samples named `name` whose labels include `labels` (0 when there is none)."""
+    return sum((v for n, ls, v in samples if n == name and all(ls.get(k) == w for k, w in labels.items())), 0.0)
+
+
+@dataclass(frozen=True)
+class AcceptanceCounts:
+    """Our counters for one model (every tree and dtype label summed), from one scrape or the difference of two."""
+
+    requests: float = 0.0
+    output_tokens: float = 0.0
+    verify_steps: float = 0.0
+    draft_tokens: float = 0.0
+    accepted_draft_tokens: float = 0.0
+
+    @classmethod
+    def from_metrics(cls, text: str, model: str) -> AcceptanceCounts:
+        samples = parse_metrics(text)
+        specs = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
+        return cls(*(metric_sum(samples, spec.name, model=model) for spec in specs))
+
+    def delta(self, before: AcceptanceCounts) -> AcceptanceCounts:
+        return AcceptanceCounts(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """Tokens committed per verify step (accepted drafts + the bonus token), as the runtime counts it."""
+        return (self.accepted_draft_tokens + self.verify_steps) / self.verify_steps if self.verify_steps else None
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+            "acceptance_rate": self.acceptance_rate, "mean_accepted_length": self.mean_accepted_length}

@@ -24,6 +24,8 @@ def perf_cmd():
 @perf_cmd.command("run")
 @click.argument("bundle", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--url", help="A running server (default: start tritonserver on the bundle).")
+@click.option("--metrics-url", help="With --url: its metrics endpoint (http://HOST:8002/metrics), read for acceptance "
+              "when the engine's responses carry no per-request figures.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
 @click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True,
               help="Prompts, one per category in turn (MT-bench: writing, roleplay, ...).")
@@ -34,7 +36,7 @@ def perf_cmd():
               help="AIPerf runs per model, alternating which model goes first; the fastest of each is compared.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json.")
-def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, rounds, out_dir, as_json):
+def perf_run_cmd(bundle, url, metrics_url, dataset, requests, max_tokens, warmup, rounds, out_dir, as_json):
     """Run AIPerf on eagle_model and base_model with the same prompts and greedy decoding, check the texts are
     identical, and write the report.
 
@@ -46,7 +48,8 @@ def perf_run_cmd(bundle, url, dataset, requests, max_tokens, warmup, rounds, out
     from eagle_trt.perf.run import PerfRequest, run_perf
 
     echo = (lambda msg: click.echo(msg, err=True))
-    report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir, rounds), echo=echo)
+    report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir, rounds,
+                                  metrics_url=metrics_url), echo=echo)
     report_dir = out_dir or bundle / "perf"
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))

@@ -1,5 +1,6 @@
 """`eagle-trt serve OUT`: run tritonserver on a bundle's model repository until Ctrl-C, supervised: a server that
-dies is restarted, an engine whose stub process died is reloaded (serving.supervisor)."""
+dies is restarted, an engine whose stub process died is reloaded (serving.supervisor). It prints the endpoints,
+the metrics endpoint among them (the acceptance metrics of eagle_trt.metrics beside Triton's own)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from pathlib import Path
 import click
 
 from eagle_trt.deploy.kubernetes import TRITON_PORTS
+from eagle_trt.metrics import ACCEPTED_TOKENS_PER_STEP
 from eagle_trt.serving.supervisor import MAX_FAST_FAILURES
+
+METRICS_LINE = f"eagle_trt_*_total, {ACCEPTED_TOKENS_PER_STEP.name} by model, tree, dtype"
 
 
 @click.command("serve")
@@ -70,7 +74,7 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, openai_p
             click.echo(f"ready in {ready_s:.1f} s: models {', '.join(server.models)}")
             click.echo(f"  HTTP     {server.http_url}   (POST /v2/models/eagle_model/generate[_stream])")
             click.echo(f"  gRPC     {server.grpc_url}")
-            click.echo(f"  metrics  {server.metrics_url}")
+            click.echo(f"  metrics  {server.metrics_url}   (acceptance: {METRICS_LINE}; README, Metrics)")
             if openai is not None:
                 click.echo(f"  OpenAI   {openai.url}/v1   (/models, /chat/completions, /completions)")
             click.echo(f"  try: eagle-trt generate --url {server.http_url} --model {server.models[0]} --stream 'Hello'")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.metrics import AcceptanceCounts
 from eagle_trt.perf.harness_files import aiperf_command
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -42,6 +43,7 @@ class RunResult:
     summary: dict  # profile_export_aiperf.json
     requests: list[RequestResult]
     artifact_dir: Path
+    scraped: AcceptanceCounts | None = None  # the model's metrics over the run (perf.server_metrics.around)
 
 
 def find_aiperf() -> str:

@@ -43,7 +43,7 @@ def run_load(req: LoadRequest, echo=print) -> dict:
     run_dir = out_dir / "load" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    with bundle_server(req, echo) as url:
+    with bundle_server(req, echo) as (url, _):
         for level in req.levels:
             n = level * req.requests_per_stream
             if n > len(prompts):

@@ -39,6 +39,7 @@ def model_metrics(run: RunResult) -> dict:
         "output_sequence_length": _avg(s, "output_sequence_length"),
         "input_sequence_length": _avg(s, "input_sequence_length"),
         "spec_decode_acceptance_length": _avg(s, "spec_decode_acceptance_length"),
+        "scraped_metrics": run.scraped.to_dict() if run.scraped is not None else None,
         "artifact_dir": str(run.artifact_dir),
     }
 
@@ -49,18 +50,28 @@ def build_report(eagle: RunResult, base: RunResult, *, categories: dict[str, str
     speedup = (e["output_token_throughput"] / b["output_token_throughput"]
                if e["output_token_throughput"] and b["output_token_throughput"] else None)
     steps = [a for r in eagle.requests for a in r.accepted_lengths]
-    mean_al = statistics.mean(steps) if steps else (e["spec_decode_acceptance_length"] or None)
+    mean_al, source = acceptance_length(steps, eagle.scraped, e["spec_decode_acceptance_length"])
     compared, mismatches = _compare_texts(eagle, base)
     identical = compared > 0 and not mismatches
     per_category = _per_category(eagle, base, categories or {})
     return {
-        "speedup": speedup, "mean_accepted_length": mean_al, "identical": identical,
+        "speedup": speedup, "mean_accepted_length": mean_al, "acceptance_source": source, "identical": identical,
         "compared_requests": compared, "mismatched_prompts": mismatches,
         "eagle": e, "base": b, "per_category_speedup": per_category,
         "accepted_length_histogram": _histogram(steps),
         "settings": settings or {}, "versions": _versions(), "machine": _machine(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def acceptance_length(steps: list[int], scraped, aiperf_value) -> tuple[float | None, str | None]:
+    """(mean accepted length, where it came from): the per-request figures of the responses ("responses"), else
+    the server's metrics over the run ("metrics", perf.server_metrics), else AIPerf's own figure ("aiperf")."""
+    if steps:
+        return statistics.mean(steps), "responses"
+    if scraped is not None and scraped.mean_accepted_length is not None:
+        return scraped.mean_accepted_length, "metrics"
+    return (aiperf_value, "aiperf") if aiperf_value else (None, None)
 
 
 def _compare_texts(eagle: RunResult, base: RunResult) -> tuple[int, list[str]]:

@@ -16,6 +16,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
 from eagle_trt.datasets import load_dataset, take_prompts, write_aiperf_input
 from eagle_trt.perf.report import best_run, build_report, with_rounds, write_report
+from eagle_trt.perf.server_metrics import around
 
 
 
@@ -29,6 +30,7 @@ class PerfRequest:
     warmup: int = 1
     out_dir: Path | None = None
     rounds: int = 1  # AIPerf runs per model, alternating which model goes first; the best run of each is compared
+    metrics_url: str | None = None  # with url: its metrics endpoint (acceptance when the responses carry none)
 
 
 def run_perf(req: PerfRequest, echo=print) -> dict:
@@ -44,26 +46,28 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
     input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens)
     categories = {p.text: p.category for p in prompts if p.category}
     runs: dict[str, list[RunResult]] = {model: [] for model in MODELS}
-    with bundle_server(req, echo) as url:
+    with bundle_server(req, echo) as (url, metrics_url):
         for index in range(req.rounds):
             for model in round_order(index):
                 tag = model if index == 0 else f"{model}-round{index + 1}"
                 echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1"
                      + (f" (round {index + 1} of {req.rounds})" if req.rounds > 1 else "") + " ...")
                 t0 = time.time()
-                runs[model].append(run_aiperf(model, url, input_file, spec.base.path, len(prompts), req.warmup,
-                                              run_dir / tag, run_dir / f"{tag}.aiperf.log",
-                                              cumulative=spec.engine == "llmapi",
-                                              perf_metrics=spec.acceptance_figures))
+                runs[model].append(around(metrics_url, model, lambda model=model, tag=tag: run_aiperf(
+                    model, url, input_file, spec.base.path, len(prompts), req.warmup, run_dir / tag,
+                    run_dir / f"{tag}.aiperf.log", cumulative=spec.engine == "llmapi",
+                    perf_metrics=spec.acceptance_figures)))
                 echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "rounds": req.rounds, "concurrency": 1, "temperature": 0.0, "streaming": True,
                 "engine": spec.engine, "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
-                "acceptance_figures": spec.acceptance_figures,
+                "acceptance_figures": spec.acceptance_figures, "metrics_url": metrics_url,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}
     eagle, base = best_run(runs[EAGLE_MODEL]), best_run(runs[BASE_MODEL])
     report = build_report(eagle, base, categories=categories, settings=settings)
+    if report["acceptance_source"] == "metrics":
+        echo(f"acceptance from {metrics_url} (the responses carry no per-request figures)")
     if req.rounds > 1:
         report = with_rounds(report, runs[EAGLE_MODEL], runs[BASE_MODEL])
     write_report(report, out_dir, eagle, base)
@@ -78,9 +82,10 @@ def round_order(index: int) -> tuple[str, ...]:
 
 @contextlib.contextmanager
 def bundle_server(req, echo):
-    """The URL of `req.url`, or of a tritonserver started on the bundle (eagle_model and base_model) until exit."""
+    """(HTTP URL, metrics URL) of `req.url` (its metrics URL: `req.metrics_url`, None if not given), or of a
+    tritonserver started on the bundle (eagle_model and base_model) until exit."""
     if req.url:
-        yield req.url
+        yield req.url, getattr(req, "metrics_url", None)
         return
     from eagle_trt.serving.tritonserver import TritonServer
 
@@ -89,5 +94,5 @@ def bundle_server(req, echo):
     server = TritonServer(req.bundle / "model_repository", models=MODELS,
                          log_file=req.bundle / "perf" / "tritonserver.log")
     with server:
-        echo(f"  ready in {time.time() - t0:.0f} s at {server.http_url}")
-        yield server.http_url
+        echo(f"  ready in {time.time() - t0:.0f} s at {server.http_url} (metrics {server.metrics_url})")
+        yield server.http_url, server.metrics_url

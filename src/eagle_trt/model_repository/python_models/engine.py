@@ -7,6 +7,8 @@ and our stream_key. Outputs per response: output_ids [1, 1, n] (the tokens commi
 streaming, all of them otherwise), sequence_length [1, 1], acceptance_rate, total_accepted_draft_tokens,
 total_draft_tokens (cumulative for the request, always filled), stream_key (passed through) and finished.
 A streaming request ends with an empty response whose `finished` is true and which carries the final figures.
+The same figures go to Triton's metrics port as they happen (python_models/acceptance_metrics.py, labelled with the
+ensemble this engine serves, the bundle's tree and dtype).
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
 Requests run on a worker thread (execute() only queues them), up to max_batch_size at once through
@@ -100,12 +102,14 @@ class RequestState:
         self.stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stops if len(s) == 1)} - {-1}))
         self.multi_token_stops = [s for s in stops if len(s) > 1]
         self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0)
-        self.slot, self.closed = None, False
+        self.slot, self.closed, self.counter = None, False, None
 
 
 class TritonPythonModel:
     def initialize(self, args):
         from eagle_trt.load_policy import LoadPolicy
+        from eagle_trt.model_repository.layout import ENSEMBLES
+        from eagle_trt.model_repository.python_models.acceptance_metrics import AcceptanceMetrics
         from eagle_trt.runtime import EagleDecoder
         from eagle_trt.runtime.batching import Batcher
         from eagle_trt.tree import TreeConfig
@@ -118,15 +122,19 @@ class TritonPythonModel:
 
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             torch.set_num_threads(self.threads)
-        self.engine = EagleDecoder.load(
+        tree = TreeConfig.from_dict(json.loads(param["tree"]), where="config.pbtxt tree")
+        self.decoder = EagleDecoder.load(
             local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
-            tree=TreeConfig.from_dict(json.loads(param["tree"]), where="config.pbtxt tree"),
+            tree=tree,
             device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
             max_seq_len=int(param["max_seq_len"]),
             draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
         )
+        ensemble = {engine: name for name, engine in ENSEMBLES.items()}.get(args["model_name"], args["model_name"])
+        self.metrics = AcceptanceMetrics(ensemble, tree.label() if param.get("draft_dir") else "none",
+                                         param.get("dtype", "float32"))
         policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
-        self.batcher = Batcher(self.engine, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
+        self.batcher = Batcher(self.decoder, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
                                policy)
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
@@ -153,6 +161,7 @@ class TritonPythonModel:
     def finalize(self):
         self.queue.put(None)
         self.worker.join(timeout=10)
+        self.metrics.close()
 
     def _loop(self):
         """Admit waiting requests up to the batch limit, run one round (one packed base forward for all running
@@ -169,6 +178,7 @@ class TritonPythonModel:
                                              f"{state.max_new} tokens (stream {state.stream_key})")
                     self.batcher.cancel(state.slot)
                     state.closed = True
+                    self._guarded(self.metrics.request_done, len(state.generated))
                     self._guarded(state.sender.send, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self.running = [s for s in self.running if not s.slot.done]
 
@@ -188,6 +198,7 @@ class TritonPythonModel:
         return state.sender.is_cancelled() or bool(state.stream_key and state.stream_key in self.cancelled)
 
     def _admit(self, request):
+        from eagle_trt.model_repository.python_models.acceptance_metrics import RequestCounter
         from eagle_trt.runtime import SamplingParams
 
         sender = request.get_response_sender()
@@ -204,6 +215,7 @@ class TritonPythonModel:
                                       top_p=float(_scalar(request, "runtime_top_p", 1.0)),
                                       seed=None if seed is None else int(seed))
             state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state)
+            state.counter = RequestCounter(self.metrics)
             pb_utils.Logger.log_info(f"request started with {len(self.batcher.active)} running, tree "
                                      f"{state.slot.tree_label} (stream {state.stream_key})")
         except Exception as exc:  # noqa: BLE001 - a bad request gets an error answer, the others run on
@@ -214,6 +226,7 @@ class TritonPythonModel:
     def _on_step(self, state, step):
         state.generated.extend(step.token_ids)
         state.figures = _stats_figures(step.stats)
+        self._guarded(state.counter.step, step.stats)
         cut = find_stop(state.generated, state.multi_token_stops, state.sent) if state.multi_token_stops else None
         if cut is not None:
             state.generated = state.generated[:cut]
@@ -226,6 +239,7 @@ class TritonPythonModel:
                 self.batcher.cancel(state.slot)
             chunk = [] if state.streaming else ((state.prompt if not state.exclude_input else []) + state.generated)
             state.closed = True
+            self._guarded(self.metrics.request_done, len(state.generated))
             state.sender.send(self._response(chunk, state.figures, state.key, finished=True),
                               flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 

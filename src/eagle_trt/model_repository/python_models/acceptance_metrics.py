@@ -1,0 +1,79 @@
+"""The acceptance metrics of eagle_trt.metrics on Triton's metrics port, from inside a python model
+(`pb_utils.MetricFamily`, the python backend's custom metrics).
+
+The pytorch engine model counts true per-step figures from the runtime's GenerationStats (`RequestCounter`): every
+verify step, its draft tokens, its accepted ones and the accepted-length histogram, as they happen; a request and its
+output tokens when it ends (finished or cancelled; a failed request is Triton's nv_inference_request_failure).
+Every family carries the labels model (eagle_model / base_model), tree ("none" for plain decoding) and dtype.
+Imported inside the Triton python stub only (it needs triton_python_backend_utils).
+"""
+
+from __future__ import annotations
+
+import triton_python_backend_utils as pb_utils
+
+from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS, EAGLE_METRICS,
+                               OUTPUT_TOKENS, REQUESTS, VERIFY_STEPS)
+
+
+def histogram_supported() -> bool:
+    """Whether this python backend has histogram metrics (MetricFamily.HISTOGRAM; Triton 24.08 and later)."""
+    return hasattr(pb_utils.MetricFamily, "HISTOGRAM")
+
+
+class AcceptanceMetrics:
+    """One model's metrics: a counter per EAGLE_METRICS family and the accepted-length histogram (when the backend
+    has histograms; without it, mean accepted length = (accepted + steps) / steps from the counters)."""
+
+    def __init__(self, model: str, tree: str, dtype: str):
+        self.labels = {"model": model, "tree": tree, "dtype": dtype}
+        self.families, self.metrics = [], {}
+        for spec in EAGLE_METRICS:
+            family = pb_utils.MetricFamily(name=spec.name, description=spec.help, kind=pb_utils.MetricFamily.COUNTER)
+            self.families.append(family)
+            self.metrics[spec.name] = family.Metric(labels=self.labels)
+        self.histogram = None
+        if histogram_supported():
+            spec = ACCEPTED_TOKENS_PER_STEP
+            family = pb_utils.MetricFamily(name=spec.name, description=spec.help,
+                                           kind=pb_utils.MetricFamily.HISTOGRAM)
+            self.families.append(family)
+            self.histogram = family.Metric(labels=self.labels, buckets=[float(b) for b in spec.buckets])
+
+    def add(self, spec, value: float) -> None:
+        if value:
+            self.metrics[spec.name].increment(float(value))
+
+    def observe_steps(self, accepted_lengths) -> None:
+        """Count verify steps, each with the tokens it committed (accepted draft tokens + 1)."""
+        self.add(VERIFY_STEPS, len(accepted_lengths))
+        if self.histogram is not None:
+            for length in accepted_lengths:
+                self.histogram.observe(float(length))
+
+    def request_done(self, output_tokens: int) -> None:
+        self.add(REQUESTS, 1)
+        self.add(OUTPUT_TOKENS, output_tokens)
+
+    def close(self) -> None:
+        """Drop the metrics before their families (the python backend's required order)."""
+        self.metrics.clear()
+        self.histogram = None
+        self.families.clear()
+
+
+class RequestCounter:
+    """What one request has already counted, so that each step adds only its own figures."""
+
+    __slots__ = ("metrics", "steps", "drafted", "accepted")
+
+    def __init__(self, metrics: AcceptanceMetrics):
+        self.metrics, self.steps, self.drafted, self.accepted = metrics, 0, 0, 0
+
+    def step(self, stats) -> None:
+        """Add what the request's GenerationStats hold beyond what was counted (new verify steps and drafts)."""
+        self.metrics.observe_steps(stats.accepted_lengths[self.steps:])
+        self.metrics.add(DRAFT_TOKENS, stats.num_draft_tokens - self.drafted)
+        self.metrics.add(ACCEPTED_DRAFT_TOKENS, stats.num_accepted_draft_tokens - self.accepted)
+        self.steps, self.drafted = len(stats.accepted_lengths), stats.num_draft_tokens
+        self.accepted = stats.num_accepted_draft_tokens
