@@ -353,3 +353,14 @@ def test_load_policy_in_the_repository(tmp_path):
     assert stored_tree == eagle.trees[0] == resolve("dynamic:5,8,48")
     with pytest.raises(EagleTrtError, match="load policy 'chain:2;chain:x'"):
         ServingOptions(load_policy="chain:2;chain:x").validate()
+
+
+def test_auto_load_policy_keeps_the_trees_suffix_candidates():
+    from eagle_trt.load_policy import AUTO_TAIL, LoadPolicy
+    from eagle_trt.tree import Suffix, resolve
+
+    policy = LoadPolicy.auto(resolve("dynamic:3,2,4+suffix:2,6"))
+    assert [t.suffix for t in policy.trees] == [Suffix(2, 6)] * (1 + len(AUTO_TAIL))
+    assert [t.drafted.to_arg() for t in policy.trees[1:]] == list(AUTO_TAIL)
+    assert LoadPolicy.from_list(policy.to_list()) == policy
+    assert all(t.suffix is None for t in LoadPolicy.auto(resolve("chain:3")).trees)

@@ -9,7 +9,7 @@ AUTO_TAIL, measured on this project's CPU (scripts/batch_policy.py; the figures 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree import AUTO, TreeConfig, resolve
@@ -43,8 +43,9 @@ class LoadPolicy:
 
     @classmethod
     def auto(cls, tree: TreeConfig) -> LoadPolicy:
-        """The bundle's tree at batch 1, then AUTO_TAIL."""
-        return cls((tree, *(resolve(t) for t in AUTO_TAIL)))
+        """The bundle's tree at batch 1, then AUTO_TAIL, each with the tree's suffix candidates (they add rows only
+        when the text repeats itself)."""
+        return cls((tree, *(replace(resolve(t), suffix=tree.suffix) for t in AUTO_TAIL)))
 
     def tree_for(self, batch: int) -> TreeConfig | None:
         return self.trees[min(max(batch, 1), len(self.trees)) - 1]

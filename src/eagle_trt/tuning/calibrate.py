@@ -25,7 +25,7 @@ import torch
 from eagle_trt.tuning import TUNE_BUDGET_S
 from eagle_trt.tuning.profile import ProfileConfig, profile_engine
 from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
-from eagle_trt.tree import AUTO, DEFAULT_TREES, Tree, TreeConfig, resolve
+from eagle_trt.tree import AUTO, DEFAULT_TREES, Suffix, Tree, TreeConfig, resolve
 
 TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
@@ -34,7 +34,9 @@ DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,
 # what interactive commands use untuned: on a CPU the tuner chooses small trees (dynamic:3,2,4 on this 2-core
 # machine, int8 and fp32: docs/results/2026-11-25-draft-batch); on a GPU the engine's default
 PRESET_TREES = {"cpu": "dynamic:3,2,4", "cuda": DEFAULT_TREES["pytorch"]}
-TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 1  # profile, acceptance, plain, then the candidate runs
+# suffix-automaton candidates (runtime/suffix.py) tried on the fastest drafted tree: (min match, max tokens)
+SUFFIX_GRID = ((2, 6), (4, 8))
+TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 1 + len(SUFFIX_GRID)  # profile, acceptance, plain, runs
 
 
 @dataclass(frozen=True)
@@ -213,6 +215,16 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
         measured_tps[arg] = 1000.0 * tau / ms
         echo(f"  {arg}: accepted length {tau:.2f}, {measured_tps[arg]:.1f} tok/s measured, "
              f"{candidates[-1].tok_per_s:.1f} predicted")
+    drafted = max(candidates, key=lambda c: measured_tps[c.arg])
+    for min_match, tokens in SUFFIX_GRID:  # the same tree with the text's own repeats merged in
+        arg = drafted.arg + Suffix(min_match, tokens).to_arg()
+        if not in_budget(arg):
+            continue
+        tau, ms = _run(probe.with_tree(arg), prompts, req.max_tokens)
+        advance(arg)
+        candidates.append(TreeChoice(arg, tau, ms, drafted.plain_ms))  # measured: no cost model for proposals
+        measured_tps[arg] = 1000.0 * tau / ms
+        echo(f"  {arg}: accepted length {tau:.2f}, {measured_tps[arg]:.1f} tok/s measured")
     # the cost model ranks the static trees; measurements on the calibration prompts pick between its first few and
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
     chosen = max(candidates, key=lambda c: measured_tps[c.arg])
@@ -243,7 +255,7 @@ def predict(result: dict, arg: str) -> TreeChoice | None:
         if c["tree"] == arg:
             return TreeChoice(arg, c["predicted_accepted_length"], c["predicted_step_ms"], cost.plain_step())
     cfg = resolve(arg)
-    if cfg.kind == "dynamic":
+    if cfg.kind == "dynamic" or cfg.suffix is not None:  # measured only: what the text repeats is not modelled
         return None
     accept = result["acceptance"]
     value, stack = 1.0, {(): 1.0}
