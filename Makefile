@@ -28,11 +28,16 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 # AIPerf lives in its own venv (its pins clash with ours); eagle-trt finds it there.
-$(AIPERF_VENV)/.installed: src/eagle_trt/perf/aiperf_plugin/pyproject.toml
+AIPERF_PLUGIN := src/eagle_trt/perf/aiperf_plugin
+$(AIPERF_VENV)/.aiperf:
 	$(PYTHON) -m venv $(AIPERF_VENV)
 	$(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip
 	$(AIPERF_VENV)/bin/python -m pip install -q "aiperf==0.13.0"
-	$(AIPERF_VENV)/bin/python -m pip install -q --no-deps ./src/eagle_trt/perf/aiperf_plugin
+	touch $@
+
+# the plugin is reinstalled whenever its files change (an edited endpoint must not be measured with the old one)
+$(AIPERF_VENV)/.installed: $(AIPERF_VENV)/.aiperf $(AIPERF_PLUGIN)/pyproject.toml $(wildcard $(AIPERF_PLUGIN)/eagle_trt_aiperf/*.py $(AIPERF_PLUGIN)/eagle_trt_aiperf/*.yaml)
+	$(AIPERF_VENV)/bin/python -m pip install -q --no-deps --force-reinstall ./$(AIPERF_PLUGIN)
 	touch $@
 
 aiperf: $(AIPERF_VENV)/.installed

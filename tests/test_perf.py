@@ -65,6 +65,13 @@ def test_input_file_writers(tmp_path):
     ap = datasets.write_aiperf_input(prompts, tmp_path / "a.jsonl", 64).read_text().splitlines()
     assert [json.loads(x) for x in gp] == [{"text": p.text} for p in prompts]
     assert [json.loads(x) for x in ap] == [{"text": p.text, "output_length": 64} for p in prompts]
+    talk = [datasets.conversation(list(p.turns), ["answer"]) for p in prompts]
+    both = [json.loads(x) for x in datasets.write_aiperf_input(prompts, tmp_path / "b.jsonl", 8, talk)
+            .read_text().splitlines()]
+    assert len(both) == 6 and both[3]["text"] == prompts[0].turns[1]
+    assert json.loads(both[3]["extra"]["messages"]) == [{"role": "user", "content": prompts[0].turns[0]},
+                                                        {"role": "assistant", "content": "answer"},
+                                                        {"role": "user", "content": prompts[0].turns[1]}]
 
 
 def test_commands_in_harness_files(tmp_path):
@@ -105,14 +112,15 @@ def test_real_aiperf_run_report_and_compare(bundle, tmp_path):
     report = json.loads(res.output[res.output.index("{"):])
     for key in ("speedup", "mean_accepted_length", "identical"):
         assert key in report
-    assert report["identical"] is True and report["compared_requests"] == 4
+    assert report["identical"] is True and report["compared_requests"] == 8  # both turns of 4 MT-bench prompts
+    assert set(report["per_turn_speedup"]) == {"turn 1", "turn 2"} and report["settings"]["turns"] == "auto"
     rounds = report["rounds"]  # two runs of each model; the metrics are the faster one's
     assert len(rounds["eagle_model"]) == len(rounds["base_model"]) == 2 and report["settings"]["rounds"] == 2
     assert report["eagle"]["output_token_throughput"] == max(rounds["eagle_model"])
     assert report["speedup"] == pytest.approx(max(rounds["eagle_model"]) / max(rounds["base_model"]))
     assert report["speedup"] > 0 and report["mean_accepted_length"] >= 1.0
     assert report["acceptance_source"] == "responses"  # per-request figures first; the metrics scraped beside them
-    assert report["eagle"]["scraped_metrics"]["requests"] == 4 + 1 and report["base"]["scraped_metrics"]["draft_tokens"] == 0
+    assert report["eagle"]["scraped_metrics"]["requests"] == 8 + 1 and report["base"]["scraped_metrics"]["draft_tokens"] == 0
     assert report["eagle"]["output_token_throughput"] > 0 and report["base"]["time_to_first_token_ms"] > 0
     perf = bundle / "perf"
     assert json.loads((perf / "report.json").read_text())["identical"] is True

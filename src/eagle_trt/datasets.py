@@ -154,7 +154,13 @@ def write_genai_perf_input(prompts: list[Prompt], path: Path) -> Path:
     return path
 
 
-def write_aiperf_input(prompts: list[Prompt], path: Path, output_length: int) -> Path:
-    """AIPerf --custom-dataset-type single_turn: {"text", "output_length"} per line."""
-    path.write_text("".join(json.dumps({"text": p.text, "output_length": output_length}) + "\n" for p in prompts))
+def write_aiperf_input(prompts: list[Prompt], path: Path, output_length: int,
+                       second_turns: list[list[dict]] | None = None) -> Path:
+    """AIPerf --custom-dataset-type single_turn: {"text", "output_length"} per line; then, with `second_turns`
+    (one conversation per prompt, `conversation`), a line per conversation whose `extra` sends it as the
+    ensemble's `messages` input (the endpoint drops text_input then; `text` is its last user turn, for ISL)."""
+    lines = [{"text": p.text, "output_length": output_length} for p in prompts]
+    lines += [{"text": messages[-1]["content"], "output_length": output_length,
+               "extra": {"messages": json.dumps(messages)}} for messages in second_turns or []]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path

@@ -59,11 +59,18 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['tree']} -o {out_dir}")
     plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
     bundle = build_bundle(plan, force=True)
-    say(f"[3/3] perf run: {requests} MT-bench prompts (one per category in turn), {max_tokens} tokens, "
-        f"concurrency 1, {rounds} round(s)")
-    report = run_perf(PerfRequest(bundle, None, "mt-bench", requests, max_tokens, 1, rounds=rounds), echo=say)
+    say(f"[3/3] perf run: {requests} MT-bench prompts (one per category in turn), both turns (the second sees "
+        f"the model's own first answer), {max_tokens} tokens, concurrency 1, {rounds} round(s)")
+    report = run_perf(PerfRequest(bundle, None, "mt-bench", requests, max_tokens, 1, rounds=rounds, turns="both"),
+                      echo=say)
     click.echo("")
     click.echo(summary_table(report))
-    click.echo(f"tree: {plan.spec.tree.label()}, dtype: {dtype} (eagle_model and base_model alike)")
+    if report.get("per_turn_speedup"):
+        click.echo("per turn (mean of per-request speedups): " + ", ".join(
+            f"{turn} {value:.2f}x" for turn, value in report["per_turn_speedup"].items()))
+    suffix = plan.spec.tree.suffix
+    click.echo(f"tree: {plan.spec.tree.label()}, suffix candidates: "
+               f"{'on (' + suffix.to_arg().lstrip('+') + ')' if suffix else 'off'}, dtype: {dtype} "
+               "(eagle_model and base_model alike)")
     click.echo(f"report: {bundle / 'perf' / 'report.md'}")
     click.echo(f"demo finished in {time.time() - t0:.0f} s")

@@ -30,13 +30,17 @@ def perf_cmd():
 @click.option("--requests", type=click.IntRange(min=1), default=20, show_default=True,
               help="Prompts, one per category in turn (MT-bench: writing, roleplay, ...).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--turns", type=click.Choice(["auto", "both", "first"]), default="auto", show_default=True,
+              help="both: each prompt's second turn too, as a conversation with the model's own first answer "
+                   "(MT-bench as defined; sent as the ensemble's `messages` input: pytorch and trtllm bundles); "
+                   "auto: both where the bundle takes `messages`, else first.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
               help="Warm-up requests per model.")
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="AIPerf runs per model, alternating which model goes first; the fastest of each is compared.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json.")
-def perf_run_cmd(bundle, url, metrics_url, dataset, requests, max_tokens, warmup, rounds, out_dir, as_json):
+def perf_run_cmd(bundle, url, metrics_url, dataset, requests, max_tokens, turns, warmup, rounds, out_dir, as_json):
     """Run AIPerf on eagle_model and base_model with the same prompts and greedy decoding, check the texts are
     identical, and write the report.
 
@@ -49,7 +53,7 @@ def perf_run_cmd(bundle, url, metrics_url, dataset, requests, max_tokens, warmup
 
     echo = (lambda msg: click.echo(msg, err=True))
     report = run_perf(PerfRequest(bundle, url, dataset, requests, max_tokens, warmup, out_dir, rounds,
-                                  metrics_url=metrics_url), echo=echo)
+                                  metrics_url=metrics_url, turns=turns), echo=echo)
     report_dir = out_dir or bundle / "perf"
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))

@@ -45,7 +45,8 @@ def model_metrics(run: RunResult) -> dict:
 
 
 def build_report(eagle: RunResult, base: RunResult, *, categories: dict[str, str] | None = None,
-                 settings: dict | None = None) -> dict:
+                 turns: dict[str, str] | None = None, settings: dict | None = None) -> dict:
+    """`categories` / `turns`: prompt -> its category / "turn 1" or "turn 2" (the per-group speedups)."""
     e, b = model_metrics(eagle), model_metrics(base)
     speedup = (e["output_token_throughput"] / b["output_token_throughput"]
                if e["output_token_throughput"] and b["output_token_throughput"] else None)
@@ -58,6 +59,7 @@ def build_report(eagle: RunResult, base: RunResult, *, categories: dict[str, str
         "speedup": speedup, "mean_accepted_length": mean_al, "acceptance_source": source, "identical": identical,
         "compared_requests": compared, "mismatched_prompts": mismatches,
         "eagle": e, "base": b, "per_category_speedup": per_category,
+        "per_turn_speedup": _per_category(eagle, base, turns) if turns else {},
         "accepted_length_histogram": _histogram(steps),
         "settings": settings or {}, "versions": _versions(), "machine": _machine(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -171,10 +173,11 @@ def write_report(report: dict, out_dir: Path, eagle: RunResult | None = None, ba
     report = dict(report, plots=[p.name for p in plots])
     (out_dir / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     md = ["# eagle_model vs base_model", "", summary_table(report), ""]
-    if report["per_category_speedup"]:
-        md += ["## Speedup per category (mean of per-request tok/s ratios)", "", "| category | speedup |", "|---|---|"]
-        md += [f"| {c} | {v:.2f}x |" for c, v in report["per_category_speedup"].items()]
-        md.append("")
+    for key, what in (("per_turn_speedup", "turn"), ("per_category_speedup", "category")):
+        if report.get(key):
+            md += [f"## Speedup per {what} (mean of per-request tok/s ratios)", "", f"| {what} | speedup |", "|---|---|"]
+            md += [f"| {c} | {v:.2f}x |" for c, v in report[key].items()]
+            md.append("")
     if report["accepted_length_histogram"]:
         md += ["## Accepted length per verify step", "", "| accepted | steps |", "|---|---|"]
         md += [f"| {k} | {v} |" for k, v in report["accepted_length_histogram"].items()]

@@ -31,6 +31,8 @@ class PerfRequest:
     out_dir: Path | None = None
     rounds: int = 1  # AIPerf runs per model, alternating which model goes first; the best run of each is compared
     metrics_url: str | None = None  # with url: its metrics endpoint (acceptance when the responses carry none)
+    turns: str = "first"  # "both": every prompt's second turn too, seeing the model's own first answer (MT-bench);
+    #                       "auto": both where the bundle's ensemble takes `messages` (pytorch, trtllm), else first
 
 
 def run_perf(req: PerfRequest, echo=print) -> dict:
@@ -40,38 +42,62 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
                             "requests, max tokens and rounds must be >= 1, warmup >= 0")
     spec = BuildSpec.load(req.bundle)
     prompts = take_prompts(load_dataset(req.dataset), req.requests)
+    takes_messages = spec.engine in ("pytorch", "trtllm")
+    second = [p for p in prompts if len(p.turns) > 1] if req.turns == "both" or (
+        req.turns == "auto" and takes_messages) else []
+    if second and not takes_messages:
+        raise EagleTrtError(f"--turns both sends second turns as the ensemble's `messages` input, which a "
+                            f"{spec.engine} bundle does not take", "pass --turns first")
     out_dir = req.out_dir or req.bundle / "perf"
     run_dir = out_dir / "runs" / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
-    input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens)
     categories = {p.text: p.category for p in prompts if p.category}
+    turns = {p.text: "turn 1" for p in prompts}
     runs: dict[str, list[RunResult]] = {model: [] for model in MODELS}
     with bundle_server(req, echo) as (url, metrics_url):
+        conversations = first_answers(url, second, req.max_tokens, echo)
+        categories |= {c[-1]["content"]: p.category for p, c in zip(second, conversations) if p.category}
+        turns |= {c[-1]["content"]: "turn 2" for c in conversations}
+        input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens, conversations)
+        count = len(prompts) + len(conversations)
         for index in range(req.rounds):
             for model in round_order(index):
                 tag = model if index == 0 else f"{model}-round{index + 1}"
-                echo(f"AIPerf: {model}, {len(prompts)} requests x {req.max_tokens} tokens at concurrency 1"
+                echo(f"AIPerf: {model}, {count} requests x {req.max_tokens} tokens at concurrency 1"
                      + (f" (round {index + 1} of {req.rounds})" if req.rounds > 1 else "") + " ...")
                 t0 = time.time()
                 runs[model].append(around(metrics_url, model, lambda model=model, tag=tag: run_aiperf(
-                    model, url, input_file, spec.base.path, len(prompts), req.warmup, run_dir / tag,
+                    model, url, input_file, spec.base.path, count, req.warmup, run_dir / tag,
                     run_dir / f"{tag}.aiperf.log", cumulative=spec.engine == "llmapi",
                     perf_metrics=spec.acceptance_figures)))
                 echo(f"  done in {time.time() - t0:.0f} s")
-    settings = {"dataset": req.dataset, "requests": len(prompts), "max_tokens": req.max_tokens,
+    settings = {"dataset": req.dataset, "requests": count, "turns": req.turns, "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "rounds": req.rounds, "concurrency": 1, "temperature": 0.0, "streaming": True,
                 "engine": spec.engine, "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
                 "acceptance_figures": spec.acceptance_figures, "metrics_url": metrics_url,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}
     eagle, base = best_run(runs[EAGLE_MODEL]), best_run(runs[BASE_MODEL])
-    report = build_report(eagle, base, categories=categories, settings=settings)
+    report = build_report(eagle, base, categories=categories, turns=turns if conversations else None,
+                          settings=settings)
     if report["acceptance_source"] == "metrics":
         echo(f"acceptance from {metrics_url} (the responses carry no per-request figures)")
     if req.rounds > 1:
         report = with_rounds(report, runs[EAGLE_MODEL], runs[BASE_MODEL])
     write_report(report, out_dir, eagle, base)
     return report
+
+
+def first_answers(url: str, prompts: list, max_tokens: int, echo) -> list[list[dict]]:
+    """The second-turn conversations: each prompt's first turn answered by base_model (greedy, the same token
+    budget as the measured runs, so it is the first-turn text both models give), then its second user turn."""
+    from eagle_trt.client.triton import generate
+    from eagle_trt.datasets import conversation
+
+    if prompts:
+        echo(f"first answers for {len(prompts)} second turns (base_model, greedy, not timed) ...")
+    return [conversation(list(p.turns[:2]), [generate(url, BASE_MODEL, p.turns[0], max_tokens=max_tokens,
+                                                      temperature=0.0).text]) for p in prompts]
 
 
 def round_order(index: int) -> tuple[str, ...]:

@@ -23,6 +23,15 @@ def _coerce(value):
     return value
 
 
+def last_user_turn(messages) -> str | None:
+    """The last user content of a `messages` input (a JSON string of OpenAI-style messages)."""
+    try:
+        turns = [m["content"] for m in json.loads(messages) if m.get("role") == "user"]
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return turns[-1] if turns else None
+
+
 class TritonGenerateEndpoint(BaseEndpoint):
     def format_payload(self, request_info: RequestInfo) -> dict[str, Any]:
         turn = request_info.turns[-1]
@@ -36,10 +45,12 @@ class TritonGenerateEndpoint(BaseEndpoint):
         payload.update({k: _coerce(v) for k, v in extra.items() if k not in PRIVATE_KEYS})
         if turn.extra_body:
             payload.update(turn.extra_body)
+            if "messages" in turn.extra_body:  # a conversation (MT-bench's second turn): exactly one prompt input
+                payload.pop("text_input", None)
         return payload
 
     def extract_payload_inputs(self, payload: dict[str, Any]) -> ExtractedPayload:
-        text = payload.get("text_input")  # lets AIPerf count input tokens (ISL)
+        text = payload.get("text_input") or last_user_turn(payload.get("messages"))  # AIPerf counts input tokens
         return ExtractedPayload(texts=[text] if isinstance(text, str) and text else [])
 
     def parse_response(self, response: InferenceServerResponse) -> ParsedResponse | None:
