@@ -124,21 +124,14 @@ def _read_raw(path: Path, all_metrics: dict[str, dict], cumulative: bool = False
             texts = [t for t in texts if isinstance(t, str)][-1:]  # the last response holds the whole text
         metrics = rec.get("metrics") or all_metrics.get(meta.get("x_request_id"), {})
         out.append(RequestResult(
-            prompt=payload.get("text_input") or _last_user_turn(payload.get("messages")) or "", text="".join(t for t in texts if isinstance(t, str)),
+            # a second turn is known by its `messages` input (the conversation's JSON)
+            prompt=payload.get("text_input") or payload.get("messages") or "",
+            text="".join(t for t in texts if isinstance(t, str)),
             output_tokens=int(_metric(metrics, "output_sequence_length") or 0),
             latency_ms=float(_metric(metrics, "request_latency") or 0.0),
             ttft_ms=_metric(metrics, "time_to_first_token"), itl_ms=_metric(metrics, "inter_token_latency"),
             accepted_lengths=_accepted_lengths(events)))
     return out
-
-
-def _last_user_turn(messages) -> str | None:
-    """The last user content of a `messages` input (a second turn): the key its request is compared by."""
-    try:
-        turns = [m["content"] for m in json.loads(messages) if m.get("role") == "user"]
-    except (TypeError, ValueError, KeyError, AttributeError):
-        return None
-    return turns[-1] if turns else None
 
 
 def _events(rec: dict) -> list[dict]:

@@ -6,6 +6,7 @@ compared (best against best); every run's texts are checked."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,8 +57,9 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
     runs: dict[str, list[RunResult]] = {model: [] for model in MODELS}
     with bundle_server(req, echo) as (url, metrics_url):
         conversations = first_answers(url, second, req.max_tokens, echo)
-        categories |= {c[-1]["content"]: p.category for p, c in zip(second, conversations) if p.category}
-        turns |= {c[-1]["content"]: "turn 2" for c in conversations}
+        # a second turn's request is known by its `messages` input, the JSON written into the AIPerf input file
+        categories |= {json.dumps(c): p.category for p, c in zip(second, conversations) if p.category}
+        turns |= {json.dumps(c): "turn 2" for c in conversations}
         input_file = write_aiperf_input(prompts, run_dir / "prompts.aiperf.jsonl", req.max_tokens, conversations)
         count = len(prompts) + len(conversations)
         for index in range(req.rounds):
