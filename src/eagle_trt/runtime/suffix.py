@@ -1,7 +1,7 @@
 """Suffix-automaton candidates: the text's own repeats, merged into the step's EAGLE tree.
 
 `SuffixAutomaton` is built over one request's tokens (prompt, then every committed token) and extended one token at
-a time (the classic online construction: amortised O(1) per token, at most 2n states; docs/eagle_algorithms.md §7).
+a time (the classic online construction: amortised O(1) per token, at most 2n states; docs/eagle_algorithms.md §9).
 Its `last` state is the whole text; the suffix link of `last` is the longest suffix of the text that also ends
 earlier, and `first_end` of that state is where it first ended. What followed there is the proposal: if the
 current suffix matched at least `min_match` tokens, the next `max_tokens` tokens after that earlier occurrence.
