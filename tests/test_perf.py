@@ -177,3 +177,16 @@ def test_compare_reads_genai_perf_exports(tmp_path):
                                     str(tmp_path / "r"), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output[res.output.index("{"):])["speedup"] == pytest.approx(2.0)
+
+
+def test_second_turns_need_a_bundle_that_takes_messages(tiny_base, eagle3_draft, tmp_path):
+    from eagle_trt.errors import EagleTrtError
+    from eagle_trt.perf.run import PerfRequest, run_perf
+
+    out = tmp_path / "llmapi"
+    res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle3_draft), "-o", str(out),
+                                    "--engine", "llmapi", "--tree", "chain:3", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    with pytest.raises(EagleTrtError, match="does not take") as err:  # refused before any request is sent
+        run_perf(PerfRequest(out, url="http://127.0.0.1:9", requests=2, turns="both"))
+    assert "--turns first" in err.value.hint
