@@ -27,7 +27,7 @@ from eagle_trt.tuning.profile import ProfileConfig, profile_engine
 from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
 from eagle_trt.tree import AUTO, DEFAULT_TREES, Suffix, Tree, TreeConfig, resolve
 
-TUNER_VERSION = 4  # bump when what is measured or how it is scored changes: old cache entries are ignored
+TUNER_VERSION = 5  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
@@ -109,6 +109,20 @@ def _run(engine, prompts, max_tokens) -> tuple[float, float]:
         seconds += time.perf_counter() - t0 - stats.prefill_time_s
         lengths += stats.accepted_lengths
     return sum(lengths) / max(len(lengths), 1), 1000.0 * seconds / max(len(lengths), 1)
+
+
+def _interleaved(engines, prompts, max_tokens) -> list[tuple[float, float]]:
+    """(mean accepted length, tok/s) of each engine, measured prompt by prompt in turn (a, b, c, a, b, c, ...), so
+    that a machine slowing down during the run moves all of them alike (greedy; prefill excluded)."""
+    steps, tokens, seconds = [0] * len(engines), [0] * len(engines), [0.0] * len(engines)
+    for ids in prompts:
+        for i, engine in enumerate(engines):
+            t0 = time.perf_counter()
+            stats = engine.generate_all(ids, max_tokens, stop_token_ids=engine.base_spec.eos_token_ids).stats
+            seconds[i] += time.perf_counter() - t0 - stats.prefill_time_s
+            steps[i] += len(stats.accepted_lengths)
+            tokens[i] += sum(stats.accepted_lengths)
+    return [(t / max(n, 1), t / max(sec, 1e-9)) for n, t, sec in zip(steps, tokens, seconds)]
 
 
 def _code_digest() -> str:
@@ -216,15 +230,19 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
         echo(f"  {arg}: accepted length {tau:.2f}, {measured_tps[arg]:.1f} tok/s measured, "
              f"{candidates[-1].tok_per_s:.1f} predicted")
     drafted = max(candidates, key=lambda c: measured_tps[c.arg])
-    for min_match, tokens in SUFFIX_GRID:  # the same tree with the text's own repeats merged in
-        arg = drafted.arg + Suffix(min_match, tokens).to_arg()
-        if not in_budget(arg):
-            continue
-        tau, ms = _run(probe.with_tree(arg), prompts, req.max_tokens)
-        advance(arg)
-        candidates.append(TreeChoice(arg, tau, ms, drafted.plain_ms))  # measured: no cost model for proposals
-        measured_tps[arg] = 1000.0 * tau / ms
-        echo(f"  {arg}: accepted length {tau:.2f}, {measured_tps[arg]:.1f} tok/s measured")
+    # the same tree with the text's own repeats merged in: measured in turn with the drafted tree on each prompt
+    # and scored by that ratio (no cost model for proposals; run after the others, a separate run would carry
+    # whatever the machine did meanwhile)
+    suffixed = [drafted.arg + Suffix(m, t).to_arg() for m, t in SUFFIX_GRID]
+    suffixed = [arg for arg in suffixed if in_budget(arg)]
+    if suffixed:
+        runs = _interleaved([probe.with_tree(arg) for arg in [drafted.arg] + suffixed], prompts, req.max_tokens)
+        for arg, (tau, tps) in zip(suffixed, runs[1:]):
+            advance(arg)
+            measured_tps[arg] = measured_tps[drafted.arg] * tps / runs[0][1]
+            candidates.append(TreeChoice(arg, tau, 1000.0 * tau / measured_tps[arg], drafted.plain_ms))
+            echo(f"  {arg}: accepted length {tau:.2f}, {tps / runs[0][1]:.3f}x {drafted.arg} measured in turn "
+                 f"with it ({runs[0][0]:.2f})")
     # the cost model ranks the static trees; measurements on the calibration prompts pick between its first few and
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
     chosen = max(candidates, key=lambda c: measured_tps[c.arg])
