@@ -70,11 +70,12 @@ class Suffix:
 
     min_match: int = 4
     max_tokens: int = 8
+    LIMIT = 64  # the most either may be (a ClassVar: no annotation)
 
     def __post_init__(self):
-        if not 1 <= self.min_match <= 64 or not 1 <= self.max_tokens <= 64:
-            raise EagleTrtError(f"suffix candidates need 1 <= MIN_MATCH <= 64 and 1 <= TOKENS <= 64, got "
-                                f"{self.min_match},{self.max_tokens}", "e.g. +suffix:4,8")
+        if not 1 <= self.min_match <= self.LIMIT or not 1 <= self.max_tokens <= self.LIMIT:
+            raise EagleTrtError(f"suffix candidates need 1 <= MIN_MATCH <= {self.LIMIT} and 1 <= TOKENS <= "
+                                f"{self.LIMIT}, got {self.min_match},{self.max_tokens}", "e.g. +suffix:4,8")
 
     def to_arg(self) -> str:
         return f"{SUFFIX_MARK}:{self.min_match},{self.max_tokens}"
@@ -244,14 +245,34 @@ def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, m
 
 
 def validate_for_llmapi(cfg: TreeConfig) -> None:
-    """Eagle3DecodingConfig's rule for a dynamic tree (tensorrt_llm/llmapi/llm_args.py, validate_eagle_config):
-    max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len, where its max_draft_len
-    (drafter layers = tree levels) is our DEPTH + 1."""
+    """Eagle3DecodingConfig's rules (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 00043967, docs/
+    trtllm_formats.md §6, §6a). A dynamic tree (validate_eagle_config): max_draft_len <= max_total_draft_tokens <=
+    dynamic_tree_max_topK * max_draft_len, where its max_draft_len (drafter layers = tree levels) is our DEPTH + 1.
+    Suffix candidates (`sa_config`, an SAEnhancerConfig): its threshold is our MIN_MATCH, but it has no token count:
+    the enhancer overwrites the whole linear draft (max_draft_len tokens) when the match is long enough
+    (_torch/speculative/sa_enhancer.py), and the dynamic-tree worker gets no suffix automaton at all
+    (_torch/speculative/utils.py) - so only chain:N+suffix:M,N means on the LLM API what it means here."""
     levels = cfg.depth + 1 if cfg.kind == "dynamic" else 0
     if cfg.kind == "dynamic" and not levels <= cfg.total_tokens <= cfg.top_k * levels:
         raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH+1 <= TOKENS <= TOPK x (DEPTH+1), got "
                             f"{cfg.to_arg()} ({levels} <= {cfg.total_tokens} <= {cfg.top_k * levels} fails)",
                             f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * levels} or a chain:N")
+    if cfg.suffix is None:
+        return
+    if cfg.kind != "chain":
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM's suffix automaton (sa_config) overwrites a linear "
+                            f"draft of max_draft_len tokens; its dynamic-tree worker has no suffix automaton and a "
+                            f"static tree drafts other nodes, so these candidates would be dropped or mean another "
+                            f"thing",
+                            f"use --tree chain:N{SUFFIX_MARK}:{cfg.suffix.min_match},N on --engine llmapi, or keep "
+                            f"this tree on --engine pytorch")
+    chain = cfg.tree.num_nodes
+    if cfg.suffix.max_tokens != chain:
+        fix = (f"--tree chain:{chain}{SUFFIX_MARK}:{cfg.suffix.min_match},{chain}" if chain <= Suffix.LIMIT else
+               f"a chain of at most {Suffix.LIMIT} tokens")
+        raise EagleTrtError(f"--tree {cfg.to_arg()}: TensorRT-LLM's suffix automaton (sa_config) proposes as many "
+                            f"tokens as the draft (max_draft_len {chain}), not {cfg.suffix.max_tokens}: it has no "
+                            f"knob for our TOKENS", f"pass {fix}")
 
 
 @dataclass(frozen=True)

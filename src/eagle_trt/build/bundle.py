@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eagle_trt.build.draft_export import write_served_draft
-from eagle_trt.build.llmapi import write_llmapi_config
+from eagle_trt.build.llmapi import speculative_config, write_llmapi_config
 from eagle_trt.build.served_base import SERVED_BASE_DIR, legacy_rope_missing, write_served_base
 from eagle_trt.build.trtllm import build_trtllm_engines
 from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
@@ -112,6 +112,8 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, depl
     serving, deploy = serving or ServingOptions(), deploy or DeployOptions()
     serving.validate()
     deploy.validate()
+    if spec.engine == "llmapi" and spec.draft is not None:
+        speculative_config(spec, serving.load_policy)  # a policy TensorRT-LLM cannot express stops before any work
     with atomic_directory(out, label="building") as tmp:
         if spec.engine == "trtllm":
             if skip_convert and out.exists():  # reuse OUT's checkpoint
@@ -129,7 +131,7 @@ def build_bundle(plan: BuildPlan, *, serving: ServingOptions | None = None, depl
         if spec.engine == "llmapi":
             for engine_name, speculative in (("eagle_engine", spec.draft is not None), ("base_engine", False)):
                 write_llmapi_config(spec, repo / engine_name / "1" / "model.yaml", speculative=speculative,
-                                    decoupled=serving.decoupled)
+                                    decoupled=serving.decoupled, load_policy=serving.load_policy)
         write_perf_files(spec, tmp)
         write_deploy(spec, tmp, out, deploy)
         spec.save(tmp / SPEC_FILE)

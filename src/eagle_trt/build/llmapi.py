@@ -3,10 +3,17 @@ route after 1.2 (docs/trtllm_formats.md §6, §7). We write its configuration as
 model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/tensorrt_llm/1/model.py) and for
 `trtllm-serve --extra_llm_api_options` (`llm_api_options.yaml`).
 
-`speculative_config` follows `Eagle3DecodingConfig` (tensorrt_llm/llmapi/llm_args.py):
+`speculative_config` follows `Eagle3DecodingConfig` (tensorrt_llm/llmapi/llm_args.py @ 00043967):
   chain:N          -> max_draft_len: N
   static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth
   dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D+1, max_total_draft_tokens: T
+  chain:N+suffix:M,N -> also sa_config: {threshold: M, enable_global_pool: false}   (SAEnhancerConfig)
+  --load-policy P  -> draft_len_schedule: {last batch size of each run: its chain length (none: 0)}
+                      (auto: not written - AUTO_TAIL was measured for the pytorch engine, not for TensorRT-LLM)
+(Suffix candidates: TensorRT-LLM's SA overwrites the whole linear draft instead of adding a branch beside it, and
+proposes max_draft_len tokens, so only chain:N+suffix:M,N maps (tree.validate_for_llmapi). A load policy maps when
+it starts with the bundle's tree and every entry is a chain or `none` with the same suffix threshold; `none` with
+suffix candidates is refused: later TensorRT-LLM floors SA-enhanced drafts at 1 token. docs/trtllm_formats.md §6a.)
 (TensorRT-LLM's max_draft_len is the number of drafter layers = tree levels; our D, like EAGLE's `depth`, counts
 the expansions after the root's top-K, so the tree has D+1 levels: eagle3_dynamic_tree.py sizes its history
 K + K*K*(max_draft_len-1), our pool K + D*K*K.)
@@ -21,7 +28,8 @@ from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import TreeConfig, validate_for_llmapi
+from eagle_trt.load_policy import LoadPolicy
+from eagle_trt.tree import AUTO, SUFFIX_MARK, TreeConfig, validate_for_llmapi
 
 MODEL_YAML = "model.yaml"
 SERVE_YAML = "llm_api_options.yaml"
@@ -52,16 +60,74 @@ def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -
 def tree_fields(cfg: TreeConfig) -> dict:
     """Our --tree value as Eagle3DecodingConfig fields (the module docstring has the table)."""
     validate_for_llmapi(cfg)
+    sa = {} if cfg.suffix is None else {"sa_config": {"threshold": cfg.suffix.min_match, "enable_global_pool": False}}
     if cfg.kind == "chain":
-        return {"max_draft_len": cfg.tree.num_nodes}
+        return {"max_draft_len": cfg.tree.num_nodes} | sa
     if cfg.kind == "static":
         return {"max_draft_len": cfg.tree.depth, "eagle_choices": cfg.tree.to_list()}
     return {"max_draft_len": cfg.depth + 1, "use_dynamic_tree": True, "dynamic_tree_max_topK": cfg.top_k,
             "max_total_draft_tokens": cfg.total_tokens}
 
 
-def speculative_config(spec: BuildSpec) -> dict:
+def _scheduled_draft_len(entry: TreeConfig | None, tree: TreeConfig, batch: int) -> int:
+    """The draft length TensorRT-LLM can give a policy entry of a bundle drafting `tree` (a chain)."""
+    where = f"load policy at batch size {batch}"
+    if entry is None:
+        if tree.suffix is not None:
+            raise EagleTrtError(f"{where}: `none` with suffix candidates cannot be written for TensorRT-LLM: a "
+                                "draft length of 0 in draft_len_schedule is floored to 1 for SA-enhanced drafts in "
+                                "later releases (min_runtime_draft_len), which would draft where you asked for none",
+                                f"use chain:1{SUFFIX_MARK}:{tree.suffix.min_match},1 there, or drop the suffix "
+                                "candidates")
+        return 0
+    if entry.kind != "chain":
+        raise EagleTrtError(f"{where}: {entry.label()} has no form in TensorRT-LLM's draft_len_schedule, which only "
+                            "shortens the linear draft", "write the policy with chain:N entries and none")
+    if (entry.suffix is None) != (tree.suffix is None) or (
+            entry.suffix is not None and entry.suffix.min_match != tree.suffix.min_match):
+        raise EagleTrtError(f"{where}: {entry.label()} has other suffix candidates than the bundle's {tree.label()}; "
+                            "TensorRT-LLM has one sa_config for every batch size",
+                            "give every chain entry the suffix threshold of --tree")
+    validate_for_llmapi(entry)  # a chain with suffix candidates proposes its own length
+    if entry.tree.num_nodes > tree.tree.num_nodes:
+        raise EagleTrtError(f"{where}: {entry.label()} is longer than the bundle's {tree.label()}; "
+                            "draft_len_schedule values must be <= max_draft_len",
+                            f"build with --tree {entry.to_arg()} or shorten that entry")
+    return entry.tree.num_nodes
+
+
+def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int) -> dict[int, int] | None:
+    """DecodingBaseConfig.draft_len_schedule for a load policy: {the largest batch size of each run of equal draft
+    lengths: that length}, the last run ending at max_batch_size (TensorRT-LLM applies a key's value to batch sizes up
+    to it and drafts 0 above the largest; ours holds the last entry for every larger batch). None when the policy
+    drafts `tree` at every batch size up to max_batch_size."""
+    entries = [policy.tree_for(batch) for batch in range(1, max_batch_size + 1)]
+    if entries[0] != tree:
+        raise EagleTrtError(f"load policy {policy.to_arg()!r} starts with "
+                            f"{'none' if entries[0] is None else entries[0].label()}, the bundle drafts with "
+                            f"{tree.label()}: TensorRT-LLM's draft_len_schedule maps the smallest batch size to "
+                            "max_draft_len", f"start the policy with the --tree value, {tree.to_arg()}")
+    if all(entry == tree for entry in entries):
+        return None
+    if tree.kind != "chain":
+        raise EagleTrtError(f"load policy {policy.to_arg()!r}: TensorRT-LLM's draft_len_schedule only shortens a "
+                            f"linear draft, and the bundle drafts the {tree.kind} tree {tree.label()}",
+                            "build with --tree chain:N, or keep this policy on --engine pytorch")
+    lengths = [_scheduled_draft_len(entry, tree, batch) for batch, entry in enumerate(entries, start=1)]
+    schedule = {}
+    for batch, length in enumerate(lengths, start=1):
+        if batch == len(lengths) or lengths[batch] != length:  # the run of `length` ends at `batch`
+            schedule[batch] = length
+    return schedule
+
+
+def speculative_config(spec: BuildSpec, load_policy: str = AUTO) -> dict:
+    """Eagle3DecodingConfig for the bundle's tree and its load policy (`auto`: no draft_len_schedule)."""
     config = {"decoding_type": "Eagle3"} | tree_fields(spec.tree)
+    if load_policy != AUTO:
+        schedule = draft_len_schedule(LoadPolicy.parse(load_policy), spec.tree, spec.max_batch_size)
+        if schedule is not None:
+            config["draft_len_schedule"] = schedule
     config["speculative_model"] = str(spec.engine_draft_path)
     capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
     if capture is not None:
@@ -69,20 +135,20 @@ def speculative_config(spec: BuildSpec) -> dict:
     return config
 
 
-def llmapi_options(spec: BuildSpec, speculative: bool = True) -> dict:
+def llmapi_options(spec: BuildSpec, speculative: bool = True, load_policy: str = AUTO) -> dict:
     """LLM() arguments; the base model's options are the same without speculative_config."""
     options = {"backend": "pytorch", "tensor_parallel_size": spec.tp_size, "pipeline_parallel_size": 1,
                "max_batch_size": spec.max_batch_size, "max_seq_len": spec.max_seq_len,
                "max_num_tokens": spec.max_num_tokens}
     if speculative and spec.draft is not None:
-        options["speculative_config"] = speculative_config(spec)
+        options["speculative_config"] = speculative_config(spec, load_policy)
     return options
 
 
-def model_yaml(spec: BuildSpec, speculative: bool = True, decoupled: bool = True) -> dict:
+def model_yaml(spec: BuildSpec, speculative: bool = True, decoupled: bool = True, load_policy: str = AUTO) -> dict:
     """Triton LLM-API model.yaml: `model` + LLM() arguments + `triton_config` (max_batch_size 0: that model does
     not batch; decoupled: streaming)."""
-    return {"model": str(spec.engine_base_path)} | llmapi_options(spec, speculative) | {
+    return {"model": str(spec.engine_base_path)} | llmapi_options(spec, speculative, load_policy) | {
         "triton_config": {"max_batch_size": 0, "decoupled": decoupled}}
 
 
@@ -92,13 +158,14 @@ def dump_yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
-def write_llmapi_config(spec: BuildSpec, path: Path, speculative: bool = True, decoupled: bool = True) -> Path:
+def write_llmapi_config(spec: BuildSpec, path: Path, speculative: bool = True, decoupled: bool = True,
+                        load_policy: str = AUTO) -> Path:
     """model.yaml at `path`, and llm_api_options.yaml for trtllm-serve beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# TensorRT-LLM LLM-API model (PyTorch backend), written by eagle-trt\n"
-                    + dump_yaml(model_yaml(spec, speculative, decoupled)), encoding="utf-8")
+                    + dump_yaml(model_yaml(spec, speculative, decoupled, load_policy)), encoding="utf-8")
     (path.parent / SERVE_YAML).write_text(
         f"# trtllm-serve {spec.engine_base_path} --backend pytorch --extra_llm_api_options {SERVE_YAML}\n"
-        + dump_yaml(llmapi_options(spec, speculative)), encoding="utf-8")
+        + dump_yaml(llmapi_options(spec, speculative, load_policy)), encoding="utf-8")
     return path

@@ -119,7 +119,7 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None,
                                    dry_run=True)
         outcome.trtllm_commands = (outcome.out / "engines" / "build_engines.sh").read_text().splitlines()[3:]
     elif req.dry_run and plan.spec.engine == "llmapi":  # the LLM API reads the HF directories when it loads
-        outcome.out = build_bundle(plan, deploy=req.deploy, force=req.force, dry_run=True)
+        outcome.out = build_bundle(plan, serving=req.serving, deploy=req.deploy, force=req.force, dry_run=True)
         outcome.model_yaml = outcome.out / "model_repository" / "eagle_engine" / "1" / "model.yaml"
     elif not req.dry_run:
         echo(f"building {plan.out} (engine {plan.spec.engine})")

@@ -57,7 +57,8 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
 @click.option("--load-policy", default="auto", show_default=True,
               help="pytorch engine: the tree by how many requests run at once, ';'-separated from batch 1 (the last "
                    "for larger batches; none = plain decoding), e.g. dynamic:3,2,4;chain:2;chain:1;none. auto: the "
-                   "runtime tree, then eagle_trt.load_policy.AUTO_TAIL.")
+                   "runtime tree, then eagle_trt.load_policy.AUTO_TAIL. llmapi: a policy of chain:N entries and none, "
+                   "starting with --tree, becomes draft_len_schedule (auto: none written).")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0),
