@@ -51,8 +51,8 @@ ACCEPTED_SUFFIX_TOKENS = MetricSpec("eagle_trt_accepted_suffix_tokens_total", "c
 EAGLE_METRICS = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS, SUFFIX_TOKENS,
                  ACCEPTED_SUFFIX_TOKENS)
 # What a trtllm / llmapi bundle's acceptance step can count exactly from the engine's per-request totals (see
-# python_models/acceptance_step.py): no verify steps, no per-step histogram, no suffix candidates. llmapi answers
-# text only, so its output tokens are not counted either.
+# python_models/acceptance_step.py): no verify steps, no per-step histogram, no suffix candidates apart from the
+# drafts. llmapi answers text only, so its output tokens are not counted either.
 TRTLLM_METRICS = (REQUESTS, OUTPUT_TOKENS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
 LLMAPI_METRICS = (REQUESTS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
 

@@ -19,8 +19,9 @@ What is counted, and what cannot be:
 - Only responses that carry the perf-metrics outputs are counted (a request without return_perf_metrics has no
   key to count it by); Triton's nv_inference_request_success counts every request.
 - Not emitted: verify steps and the accepted-length histogram (the engine reports per-request totals, not steps;
-  dividing drafts by the tree's size would assume every step drafts the whole tree), the suffix counters (no
-  suffix candidates in TensorRT-LLM), and for llmapi output tokens (its model answers text, no token ids).
+  dividing drafts by the tree's size would assume every step drafts the whole tree), the suffix counters (an
+  llmapi bundle with +suffix runs TensorRT-LLM's sa_config, whose candidates its outputs do not count apart from
+  the drafts), and for llmapi output tokens (its model answers text, no token ids).
 Copied as model_repository/{eagle,base}_acceptance/1/model.py (trtllm with acceptance outputs, and llmapi).
 """
 
