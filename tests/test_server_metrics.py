@@ -163,3 +163,18 @@ def test_suffix_counters_count_the_candidates_the_runtime_added(suffix_server):
     assert f"# TYPE {SUFFIX_TOKENS.name} counter" in text and f"# TYPE {ACCEPTED_SUFFIX_TOKENS.name} counter" in text
     labels = {ls["tree"] for name, ls, _ in parse_metrics(text) if name == SUFFIX_TOKENS.name}
     assert labels == {SUFFIX_TREE}
+
+
+def test_the_dashboard_queries_only_eagle_trt_metrics_this_server_exports(server):
+    """Every eagle_trt_* series the Grafana dashboard reads is on the real endpoint (the pytorch engine exports all
+    of them; Triton's nv_inference_* names are checked against metrics.TRITON_METRICS in tests/test_deploy.py)."""
+    from eagle_trt.deploy.observability import grafana_dashboard, promql_exprs
+
+    from test_deploy import _metric_names
+
+    ask(server, "eagle_model", PROMPTS[1], stream=False)
+    exported = {name for name, _, _ in parse_metrics(scrape(server))}
+    names = {n for e in promql_exprs(grafana_dashboard("t"), []) for n in _metric_names(e)}
+    queried = {n for n in names if n.startswith("eagle_trt_")}
+    assert {SUFFIX_TOKENS.name, ACCEPTED_SUFFIX_TOKENS.name, REQUESTS.name} <= queried
+    assert queried - exported == set()

@@ -173,8 +173,8 @@ def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream
             ens_outputs = tuple(t for t in ens_outputs if t[0] not in _ACCEPTANCE_NAMES)
         else:  # the acceptance outputs reach the ensemble through its acceptance step, which counts them
             engine_out.update(_ACCEPTANCE_INTERNAL)
-            acceptance_step = C.step(ACCEPTANCE_STEPS[name], {**_ACCEPTANCE_INTERNAL, "sequence_length": "_SEQUENCE_LENGTH"},
-                                     _STEP_OUTPUTS)
+            step_in = {**_ACCEPTANCE_INTERNAL, "sequence_length": "_SEQUENCE_LENGTH"}
+            acceptance_step = C.step(ACCEPTANCE_STEPS[name], step_in, _STEP_OUTPUTS)
     post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
     if stream_key:
         pre_out["STREAM_KEY"] = "_STREAM_KEY"

@@ -25,7 +25,6 @@ What is counted, and what cannot be:
 Copied as model_repository/{eagle,base}_acceptance/1/model.py (trtllm with acceptance outputs, and llmapi).
 """
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 from model_params import parameters  # beside model.py (layout.py copies it)
 
