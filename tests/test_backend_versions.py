@@ -25,7 +25,8 @@ ACCEPTANCE = {"acceptance_rate", "total_accepted_draft_tokens", "total_draft_tok
 #   input "random_seed", no "return_perf_metrics", no acceptance outputs; inflight_batcher_llm/src/utils.cc at
 #   v0.18.2 sets returnPerfMetrics from "return_kv_cache_reuse_stats" only.
 # - tag v0.19.0, same file: "random_seed", "return_perf_metrics" and outputs acceptance_rate,
-#   total_accepted_draft_tokens, total_draft_tokens; the 0.20 line still declared "random_seed" when the models
+#   total_accepted_draft_tokens, total_draft_tokens and arrival_time_ns (INT64 [1]; model_instance_state.cc fills it
+#   with the others on every response that has perf metrics; the acceptance step keys requests by it); the 0.20 line still declared "random_seed" when the models
 #   moved into TensorRT-LLM (tensorrtllm_backend c4a49e8^, 2025-06-04).
 # - main after tensorrtllm_backend c2e65b8 (PR #749, 2025-05-13; not in any v0.x tag of that repo) and
 #   NVIDIA/TensorRT-LLM triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt (stored version
@@ -35,9 +36,9 @@ UPSTREAM_COMMON = {"input_ids", "input_lengths", "request_output_len", "end_id",
 UPSTREAM = {
     "0.18": {"inputs": UPSTREAM_COMMON | {"random_seed"}, "outputs": {"output_ids", "sequence_length"}},
     "0.19": {"inputs": UPSTREAM_COMMON | {"random_seed", "return_perf_metrics"},
-             "outputs": {"output_ids", "sequence_length"} | ACCEPTANCE},
+             "outputs": {"output_ids", "sequence_length", "arrival_time_ns"} | ACCEPTANCE},
     "1.2": {"inputs": UPSTREAM_COMMON | {"seed", "return_perf_metrics"},
-            "outputs": {"output_ids", "sequence_length"} | ACCEPTANCE},
+            "outputs": {"output_ids", "sequence_length", "arrival_time_ns"} | ACCEPTANCE},
 }
 
 
@@ -88,6 +89,8 @@ def test_ensemble_interface_per_version(version, tmp_path):
     assert ("return_perf_metrics" in {t.name for t in ensemble.input}) is perf
     assert (ACCEPTANCE <= {t.name for t in ensemble.output}) is perf
     assert (ACCEPTANCE <= set(step.output_map)) is perf
+    counting = [s.model_name for s in ensemble.ensemble_scheduling.step if s.model_name == "eagle_acceptance"]
+    assert (counting == ["eagle_acceptance"]) is perf  # no acceptance outputs, nothing to count
     if not perf:
         assert not ACCEPTANCE & {t.name for t in ensemble.output}
 

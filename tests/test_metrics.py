@@ -44,3 +44,16 @@ def test_a_scrape_reads_back_into_counters_and_differences():
 def test_a_text_that_is_not_a_scrape_is_a_clear_error():
     with pytest.raises(EagleTrtError, match="line 2 of the metrics text is not a Prometheus sample"):
         parse_metrics("ok 1\n<html>not metrics</html>\n")
+
+
+def test_running_totals_turn_into_increments_per_request():
+    """A TensorRT-LLM engine repeats a request's totals on every response: each request counts once, its figures
+    add up to its final totals, and a forgotten key (oldest first) counts as a new request."""
+    from eagle_trt.metrics import CumulativeTotals
+
+    totals = CumulativeTotals(max_open=2)
+    assert totals.response(1, 0, 0) == (True, 0, 0)
+    assert totals.response(1, 5, 3) == (False, 5, 3) and totals.response(2, 4, 4) == (True, 4, 4)
+    assert totals.response(1, 10, 4) == (False, 5, 1)  # key 1 used last: key 2 is now the oldest
+    assert totals.response(3, 1, 1) == (True, 1, 1) and list(totals.seen) == [1, 3]
+    assert totals.response(2, 6, 5) == (True, 6, 5)

@@ -283,7 +283,8 @@ def test_failed_build_leaves_nothing(tiny_base, eagle1_draft, tmp_path):
 # TensorRT-LLM triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt (NVIDIA/TensorRT-LLM, stored version at
 # commit 0a710573): the inputs and outputs we use, with their types. helpers.py (same dir, 1/) reads every
 # sampling_param_<x> as SamplingParams(<x>=...), return_perf_metrics included; model.py answers acceptance_rate,
-# total_accepted_draft_tokens and total_draft_tokens when the request asked for perf metrics.
+# total_accepted_draft_tokens and total_draft_tokens (and arrival_time_ns, which the acceptance step keys requests
+# by) when the request asked for perf metrics.
 UPSTREAM_LLMAPI_INPUTS = {
     "text_input": "TYPE_STRING", "streaming": "TYPE_BOOL", "sampling_param_temperature": "TYPE_FP32",
     "sampling_param_top_k": "TYPE_INT32", "sampling_param_top_p": "TYPE_FP32", "sampling_param_max_tokens": "TYPE_INT32",
@@ -291,14 +292,16 @@ UPSTREAM_LLMAPI_INPUTS = {
     "sampling_param_exclude_input_from_output": "TYPE_BOOL", "sampling_param_return_perf_metrics": "TYPE_BOOL",
     "return_finish_reason": "TYPE_BOOL"}
 UPSTREAM_LLMAPI_OUTPUTS = {"text_output": "TYPE_STRING", "finish_reason": "TYPE_STRING", "acceptance_rate": "TYPE_FP32",
-                           "total_accepted_draft_tokens": "TYPE_INT32", "total_draft_tokens": "TYPE_INT32"}
+                           "total_accepted_draft_tokens": "TYPE_INT32", "total_draft_tokens": "TYPE_INT32",
+                           "arrival_time_ns": "TYPE_INT64"}
 
 
 def test_llmapi_models_speak_the_upstream_contract(tmp_path):
     from tritonclient.grpc.model_config_pb2 import DataType
 
     repo = write_repo("llmapi", tmp_path)
-    assert sorted(p.name for p in repo.iterdir()) == ["base_engine", "base_model", "eagle_engine", "eagle_model"]
+    assert sorted(p.name for p in repo.iterdir()) == ["base_acceptance", "base_engine", "base_model",
+                                                      "eagle_acceptance", "eagle_engine", "eagle_model"]
     for engine in ("eagle_engine", "base_engine"):
         config = C.parse((repo / engine / "config.pbtxt").read_text())
         assert config.backend == "python" and config.max_batch_size == 0
@@ -311,7 +314,10 @@ def test_llmapi_models_speak_the_upstream_contract(tmp_path):
     assert step.model_name == "eagle_engine"
     assert step.input_map["sampling_param_return_perf_metrics"] == "return_perf_metrics"
     assert step.input_map["sampling_param_max_tokens"] == "max_tokens" and step.input_map["streaming"] == "stream"
-    assert {"acceptance_rate", "total_draft_tokens"} <= set(step.output_map)
+    assert {"acceptance_rate", "total_draft_tokens", "arrival_time_ns"} <= set(step.output_map)
+    counting = ensemble.ensemble_scheduling.step[1]  # the acceptance outputs reach the client through the step
+    assert counting.model_name == "eagle_acceptance" and set(counting.input_map) == set(step.output_map) - {"text_output"}
+    assert set(counting.output_map.values()) == {"acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"}
 
 
 def test_engine_threads_share_the_cores(monkeypatch):

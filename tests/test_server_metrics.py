@@ -2,7 +2,8 @@
 eagle_model and base_model, the scraped counters equal the sums of the per-request acceptance outputs and token
 counts, and base_model's acceptance stays zero. Uses the shared pytorch bundle of the OpenAI tests (tree chain:3),
 with base_model loaded for this module and unloaded after it; every figure is a difference of two scrapes, so the
-requests of other tests do not matter.
+requests of other tests do not matter. The suffix counters are checked on a second bundle drafting chain:2 with
+suffix-automaton candidates (+suffix:1,4), eagle_model only.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import urllib.request
 
 import pytest
 
-from eagle_trt.metrics import (ACCEPTED_TOKENS_PER_STEP, EAGLE_METRICS, REQUESTS, AcceptanceCounts, metric_sum,
-                               parse_metrics)
+from eagle_trt.metrics import (ACCEPTED_SUFFIX_TOKENS, ACCEPTED_TOKENS_PER_STEP, EAGLE_METRICS, REQUESTS,
+                               SUFFIX_TOKENS, AcceptanceCounts, metric_sum, parse_metrics)
 
 pytestmark = pytest.mark.server
 
@@ -71,6 +72,9 @@ def test_scraped_metrics_equal_the_sums_of_the_per_request_outputs(server):
     assert expected["eagle_model"]["draft_tokens"] > 0 and eagle.verify_steps > 0
     assert base.draft_tokens == base.accepted_draft_tokens == 0 and base.verify_steps > 0
     assert eagle.draft_tokens == 3 * eagle.verify_steps  # chain:3 drafts 3 tokens every verify step
+    for model in ("eagle_model", "base_model"):  # no +suffix in this bundle's tree, none in plain decoding
+        for spec in (SUFFIX_TOKENS, ACCEPTED_SUFFIX_TOKENS):
+            assert metric_sum(new, spec.name, model=model) == metric_sum(old, spec.name, model=model) == 0
 
     def histogram(model, suffix, **labels):
         return (metric_sum(new, HISTOGRAM + suffix, model=model, **labels)
@@ -117,3 +121,60 @@ def test_perf_reads_acceptance_from_the_metrics_when_responses_carry_none(server
     assert report["mean_accepted_length"] == pytest.approx((accepted + steps) / steps)
     assert report["base"]["scraped_metrics"]["mean_accepted_length"] == 1.0  # plain decoding: one token a step
     assert scrape_acceptance("http://127.0.0.1:9/metrics", "eagle_model") is None  # nothing listens: no figures
+
+
+SUFFIX_TREE = "chain:2+suffix:1,4"  # any repeated token starts a match (a candidate counts where the chain lacks it)
+SUFFIX_PROMPTS = PROMPTS + ("red green blue red green blue red green blue red", "1 2 3 4 1 2 3 4 1 2 3 4 1 2")
+
+
+@pytest.fixture(scope="module")
+def suffix_server(tiny_base, eagle1_draft, tmp_path_factory):
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+    from eagle_trt.serving import TritonServer
+
+    out = tmp_path_factory.mktemp("suffix_bundle") / "bundle"
+    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
+                                       str(out), "--engine", "pytorch", "--max-seq-len", "512",
+                                       "--max-input-len", "256", "--tree", SUFFIX_TREE])
+    assert result.exit_code == 0, result.output
+    with TritonServer(out / "model_repository", models=["eagle_model"],
+                      log_file=out.parent / "tritonserver.log") as server:
+        yield server
+
+
+def test_suffix_counters_count_the_candidates_the_runtime_added(suffix_server):
+    """The pytorch engine counts GenerationStats.num_suffix_tokens / num_accepted_suffix_tokens: part of the drafts
+    (chain:2 drafts 2 tokens a step, the automaton's candidates come on top) and of the accepted drafts."""
+    before = scrape(suffix_server)
+    answers = [ask(suffix_server, "eagle_model", prompt, stream=i == 0) for i, prompt in enumerate(SUFFIX_PROMPTS)]
+    after = scrape(suffix_server)
+    old, new = parse_metrics(before), parse_metrics(after)
+    counts = AcceptanceCounts.from_metrics(after, "eagle_model").delta(AcceptanceCounts.from_metrics(before,
+                                                                                                   "eagle_model"))
+    suffix, accepted_suffix = (metric_sum(new, spec.name, model="eagle_model")
+                               - metric_sum(old, spec.name, model="eagle_model")
+                               for spec in (SUFFIX_TOKENS, ACCEPTED_SUFFIX_TOKENS))
+    assert counts.draft_tokens == sum(a["draft_tokens"] for a in answers)
+    assert suffix > 0 and counts.draft_tokens == 2 * counts.verify_steps + suffix
+    assert 0 <= accepted_suffix <= min(suffix, counts.accepted_draft_tokens)
+    text = scrape(suffix_server)
+    assert f"# TYPE {SUFFIX_TOKENS.name} counter" in text and f"# TYPE {ACCEPTED_SUFFIX_TOKENS.name} counter" in text
+    labels = {ls["tree"] for name, ls, _ in parse_metrics(text) if name == SUFFIX_TOKENS.name}
+    assert labels == {SUFFIX_TREE}
+
+
+def test_the_dashboard_queries_only_eagle_trt_metrics_this_server_exports(server):
+    """Every eagle_trt_* series the Grafana dashboard reads is on the real endpoint (the pytorch engine exports all
+    of them; Triton's nv_inference_* names are checked against metrics.TRITON_METRICS in tests/test_deploy.py)."""
+    from eagle_trt.deploy.observability import grafana_dashboard, promql_exprs
+
+    from test_deploy import _metric_names
+
+    ask(server, "eagle_model", PROMPTS[1], stream=False)
+    exported = {name for name, _, _ in parse_metrics(scrape(server))}
+    names = {n for e in promql_exprs(grafana_dashboard("t"), []) for n in _metric_names(e)}
+    queried = {n for n in names if n.startswith("eagle_trt_")}
+    assert {SUFFIX_TOKENS.name, ACCEPTED_SUFFIX_TOKENS.name, REQUESTS.name} <= queried
+    assert queried - exported == set()

@@ -9,6 +9,9 @@ conventions: counters end in `_total`, units are base units. Every family carrie
 Triton's own metrics used beside ours (queue time, compute time, request counts) are listed in TRITON_METRICS so
 that the dashboard and the rule name nothing a server does not export.
 
+`CumulativeTotals` turns the per-request running totals a TensorRT-LLM engine repeats on every response into
+increments, keyed by the request's arrival time (the trtllm/llmapi acceptance step).
+
 `parse_metrics` reads the text a metrics endpoint answers and `AcceptanceCounts.from_metrics` sums our counters for
 one model, so that a perf run can difference a scrape before and after (`delta`).
 """
@@ -38,8 +41,20 @@ VERIFY_STEPS = MetricSpec("eagle_trt_verify_steps_total", "counter",
 DRAFT_TOKENS = MetricSpec("eagle_trt_draft_tokens_total", "counter", "Draft tokens proposed for verification.")
 ACCEPTED_DRAFT_TOKENS = MetricSpec("eagle_trt_accepted_draft_tokens_total", "counter",
                                    "Draft tokens the base model accepted.")
+# Of the draft tokens above: the candidates the suffix automaton added to the tree (pytorch engine, runtime/suffix.py)
+SUFFIX_TOKENS = MetricSpec("eagle_trt_suffix_tokens_total", "counter",
+                           "Draft tokens proposed by the suffix automaton (included in eagle_trt_draft_tokens_total).")
+ACCEPTED_SUFFIX_TOKENS = MetricSpec("eagle_trt_accepted_suffix_tokens_total", "counter",
+                                    "Suffix-automaton draft tokens the base model accepted (included in "
+                                    "eagle_trt_accepted_draft_tokens_total).")
 
-EAGLE_METRICS = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
+EAGLE_METRICS = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS, SUFFIX_TOKENS,
+                 ACCEPTED_SUFFIX_TOKENS)
+# What a trtllm / llmapi bundle's acceptance step can count exactly from the engine's per-request totals (see
+# python_models/acceptance_step.py): no verify steps, no per-step histogram, no suffix candidates apart from the
+# drafts. llmapi answers text only, so its output tokens are not counted either.
+TRTLLM_METRICS = (REQUESTS, OUTPUT_TOKENS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
+LLMAPI_METRICS = (REQUESTS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
 
 # Tokens one verify step commits: its accepted draft tokens + the base model's own (bonus) token, so 1 for plain
 # decoding; a tree of depth d commits at most d + 1. Exported as _bucket{le=...}, _sum, _count.
@@ -61,6 +76,32 @@ TRITON_METRICS = (
     # `tritonserver --metrics-config histogram_latencies=true` (Triton metrics docs, "Histograms")
     "nv_inference_first_response_histogram_ms",
 )
+
+
+# ---- counting from running totals ----------------------------------------------------------------------------
+MAX_OPEN_REQUESTS = 4096  # request keys remembered, oldest forgotten first (no response says it is a request's last)
+
+
+class CumulativeTotals:
+    """Increments from responses that each carry a request's totals so far (TensorRT-LLM's perf-metrics outputs:
+    total_draft_tokens, total_accepted_draft_tokens, the same arrival_time_ns on every response of a request).
+
+    `response(key, drafted, accepted)` -> (new_request, new drafted, new accepted): a key not seen before is a new
+    request; each figure is what the response adds to the last one seen for the key. Streamed (many responses) or
+    not (one), a request's increments add up to its final totals."""
+
+    def __init__(self, max_open: int = MAX_OPEN_REQUESTS):
+        self.max_open = max_open
+        self.seen: dict = {}  # key -> (drafted, accepted), insertion-ordered (oldest first)
+
+    def response(self, key, drafted: int, accepted: int) -> tuple[bool, int, int]:
+        before = self.seen.pop(key, None)
+        self.seen[key] = (drafted, accepted)
+        while len(self.seen) > self.max_open:
+            self.seen.pop(next(iter(self.seen)))
+        if before is None:
+            return True, drafted, accepted
+        return False, max(0, drafted - before[0]), max(0, accepted - before[1])
 
 
 # ---- reading a scrape -------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The PromQL a deployed bundle is watched and scaled by: the PrometheusRule (queue:compute ratio for the HPA) and the
-Grafana dashboard (tok/s, TTFT/ITL, queue time, acceptance), every metric name taken from `eagle_trt.metrics`.
+Grafana dashboard (tok/s, TTFT/ITL, queue time, acceptance, suffix-automaton drafts), every metric name taken from
+`eagle_trt.metrics`.
 
 The rule follows triton-inference-server/tutorials (Deployment/Kubernetes/EKS_Multinode_Triton_TRTLLM/
 multinode_helm_chart/triton-metrics_prometheus-rule.yaml, used by TensorRT-LLM_Autoscaling_and_Load_Balancing):
@@ -79,6 +80,9 @@ def dashboard_panels() -> list[dict]:
             ("{{model}}", f"{_sum_rate(M.ACCEPTED_DRAFT_TOKENS.name)} / clamp_min({_sum_rate(M.DRAFT_TOKENS.name)}, 1)")]},
         {"title": "Tokens per verify step", "unit": "short", "targets": [
             ("{{model}}", f"{tokens} / clamp_min({_sum_rate(M.VERIFY_STEPS.name)}, 1)")]},
+        {"title": "Suffix-automaton drafts (pytorch engine)", "unit": "short", "targets": [
+            ("{{model}} proposed/s", _sum_rate(M.SUFFIX_TOKENS.name)),
+            ("{{model}} accepted/s", _sum_rate(M.ACCEPTED_SUFFIX_TOKENS.name))]},
     ]
 
 

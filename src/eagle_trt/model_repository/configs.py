@@ -40,6 +40,9 @@ ACCEPTANCE_OUTPUTS = (
     ("total_accepted_draft_tokens", "TYPE_INT32", [1]),
     ("total_draft_tokens", "TYPE_INT32", [1]),
 )
+# TensorRT-LLM's perf-metrics output answered beside the acceptance ones (same on every response of a request): the
+# trtllm / llmapi acceptance step tells requests apart by it (python_models/acceptance_step.py)
+ARRIVAL_TIME_OUTPUT = ("arrival_time_ns", "TYPE_INT64", [1])
 # ours: the number of generated tokens in this response (what OpenAI's usage.completion_tokens adds up)
 OUTPUT_TOKEN_COUNT = ("output_token_count", "TYPE_INT32", [1])
 ENSEMBLE_OUTPUTS = (("text_output", "TYPE_STRING", [-1]),) + ACCEPTANCE_OUTPUTS + (OUTPUT_TOKEN_COUNT,)

@@ -8,6 +8,8 @@ model_repository/
   postprocessing/ python: incremental detokenization
   eagle_engine/  pytorch: python model running eagle_trt.runtime | trtllm: tensorrtllm backend | llmapi: LLM-API
   base_engine/   the same without speculation
+  eagle_acceptance/, base_acceptance/  trtllm (with acceptance outputs) and llmapi: python step after the engine
+                 that passes the acceptance outputs through and counts them on the metrics port
 ```
 For `vllm` the repository is the vLLM backend's (Triton's speculative-decoding tutorial): eagle_model/ and
 base_model/ each with `1/model.json`. Every value shared between models (max_batch_size, lengths, paths, the
@@ -33,6 +35,8 @@ from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, ENGINES
 log = logging.getLogger(__name__)
 
 ENSEMBLES = {EAGLE_MODEL: "eagle_engine", BASE_MODEL: "base_engine"}
+# trtllm / llmapi: the python step counting each ensemble's acceptance outputs (python_models/acceptance_step.py)
+ACCEPTANCE_STEPS = {EAGLE_MODEL: "eagle_acceptance", BASE_MODEL: "base_acceptance"}
 # the LLM-API python model as the TensorRT-LLM Triton container ships it (model.py imports helpers.py beside it)
 LLMAPI_MODEL_DIR = Path("/app/all_models/llmapi/tensorrt_llm/1")
 LLMAPI_MODEL_FILES = ("model.py", "helpers.py")
@@ -90,9 +94,12 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
                                                         contract)
             configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=False,
                                                           contract=contract)
+            if contract.perf_metrics:
+                _add_acceptance_step(spec, ensemble_name, speculative, configs, files)
         elif spec.engine == "llmapi":
             configs[engine_name] = llmapi_engine_config(engine_name, options)
             configs[ensemble_name] = llmapi_ensemble_config(ensemble_name, engine_name)
+            _add_acceptance_step(spec, ensemble_name, speculative, configs, files)
             if all((LLMAPI_MODEL_DIR / f).is_file() for f in LLMAPI_MODEL_FILES):
                 files.update({f"{engine_name}/1/{f}": LLMAPI_MODEL_DIR / f for f in LLMAPI_MODEL_FILES})
             files[f"{engine_name}/1/README.md"] = _LLMAPI_README
@@ -103,6 +110,14 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
         for name in ("preprocessing", "postprocessing"):
             del files[f"{name}/1/model.py"], files[f"{name}/1/model_params.py"]
     return configs, files
+
+
+def _add_acceptance_step(spec: BuildSpec, ensemble_name: str, speculative: bool, configs: dict, files: dict) -> None:
+    """The ensemble's acceptance step (trtllm, llmapi): its config and model files."""
+    step_name = ACCEPTANCE_STEPS[ensemble_name]
+    configs[step_name] = acceptance_step_config(spec, ensemble_name, speculative)
+    files[f"{step_name}/1/model.py"] = python_model_source("acceptance_step.py")
+    files[f"{step_name}/1/model_params.py"] = python_model_source("model_params.py")
 
 
 def python_model_source(filename: str) -> Path:
@@ -148,6 +163,7 @@ def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS})
     ens_inputs, ens_outputs = C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS
+    acceptance_step = None
     if contract is not None:
         engine_in = {(contract.seed_input if k == "seed" else k): v for k, v in engine_in.items()}
         if not contract.perf_metrics:
@@ -155,6 +171,10 @@ def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream
             engine_out = {k: v for k, v in engine_out.items() if k not in _ACCEPTANCE_NAMES}
             ens_inputs = tuple(t for t in ens_inputs if t[0] != "return_perf_metrics")
             ens_outputs = tuple(t for t in ens_outputs if t[0] not in _ACCEPTANCE_NAMES)
+        else:  # the acceptance outputs reach the ensemble through its acceptance step, which counts them
+            engine_out.update(_ACCEPTANCE_INTERNAL)
+            step_in = {**_ACCEPTANCE_INTERNAL, "sequence_length": "_SEQUENCE_LENGTH"}
+            acceptance_step = C.step(ACCEPTANCE_STEPS[name], step_in, _STEP_OUTPUTS)
     post_in = {"TOKENS_BATCH": "_TOKENS_BATCH", "SEQUENCE_LENGTH": "_SEQUENCE_LENGTH"}
     if stream_key:
         pre_out["STREAM_KEY"] = "_STREAM_KEY"
@@ -169,11 +189,28 @@ def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream
         C.step(engine_name, engine_in, engine_out),
         C.step("postprocessing", post_in, {"OUTPUT": "text_output",
                                            "OUTPUT_TOKEN_COUNT": C.OUTPUT_TOKEN_COUNT[0]}),
-    ]
+    ] + ([acceptance_step] if acceptance_step else [])
     return C.ensemble(name, spec.max_batch_size, C.inputs(ens_inputs), C.outputs(ens_outputs), steps)
 
 
 _ACCEPTANCE_NAMES = {out[0] for out in C.ACCEPTANCE_OUTPUTS}
+# engine output -> the ensemble tensor feeding the acceptance step's input of the same name; its outputs
+_ACCEPTANCE_INTERNAL = {n: f"_{n.upper()}" for n in (*_ACCEPTANCE_NAMES, C.ARRIVAL_TIME_OUTPUT[0])}
+_STEP_OUTPUTS = {out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS}
+
+
+def acceptance_step_config(spec: BuildSpec, ensemble_name: str, speculative: bool) -> dict:
+    """The python step after a TensorRT-LLM engine (trtllm, llmapi): the engine's perf-metrics outputs in (all
+    optional: they come only when a request asks return_perf_metrics; trtllm adds sequence_length, always there),
+    the acceptance outputs out; labelled with the ensemble it serves, the tree it drafts with and the dtype."""
+    trtllm = spec.engine == "trtllm"
+    ins = [C.tensor(n, t, d, optional=True) for n, t, d in C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,)]
+    if trtllm:
+        ins.append(C.tensor("sequence_length", "TYPE_INT32", [-1]))
+    return C.python_model(
+        ACCEPTANCE_STEPS[ensemble_name], spec.max_batch_size if trtllm else 0, ins, C.outputs(C.ACCEPTANCE_OUTPUTS),
+        {"model": ensemble_name, "tree": spec.tree.label() if speculative else "none", "dtype": spec.dtype,
+         "engine": spec.engine})
 
 
 # ---- engine models ----------------------------------------------------------------------------------------------
@@ -236,7 +273,8 @@ def trtllm_engine_config(spec: BuildSpec, options: ServingOptions, name: str, en
             "default_queue_policy": {"max_queue_size": options.max_queue_size},
         },
         "input": engine_inputs,
-        "output": C.outputs(t for t in C.ENGINE_OUTPUTS if contract.perf_metrics or t[0] not in _ACCEPTANCE_NAMES),
+        "output": C.outputs(tuple(t for t in C.ENGINE_OUTPUTS if contract.perf_metrics or t[0] not in _ACCEPTANCE_NAMES)
+                            + ((C.ARRIVAL_TIME_OUTPUT,) if contract.perf_metrics else ())),
         "instance_group": C.instance_group("KIND_CPU", 1),  # one rank per GPU via MPI, not instances
         "parameters": C.params(parameters),
     }
@@ -255,7 +293,7 @@ def llmapi_engine_config(name: str, options: ServingOptions) -> dict:
     and outputs we use, same names and types); model.yaml beside model.py configures it."""
     ins = C.inputs(LLMAPI_INPUTS)
     outs = C.outputs((("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1]))
-                     + C.ACCEPTANCE_OUTPUTS)
+                     + C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,))
     return {"name": name, "backend": "python", "max_batch_size": 0, "input": ins, "output": outs,
             "model_transaction_policy": {"decoupled": options.decoupled},
             "instance_group": C.instance_group("KIND_CPU", 1)}
@@ -286,14 +324,16 @@ LLMAPI_FROM_ENSEMBLE = {
 
 
 def llmapi_ensemble_config(name: str, engine_name: str) -> dict:
-    """The tensorrtllm request names mapped onto the LLM-API model's inputs; text and acceptance outputs back."""
+    """The tensorrtllm request names mapped onto the LLM-API model's inputs; text back, and the acceptance outputs
+    through the acceptance step."""
     used = set(LLMAPI_FROM_ENSEMBLE.values())
     theirs = {ours: name for name, ours in LLMAPI_FROM_ENSEMBLE.items()}
     llmapi = {n: (t, o) for n, t, _, o in LLMAPI_INPUTS}
     ins = [C.tensor(n, llmapi[theirs[n]][0], d, o and llmapi[theirs[n]][1])  # its types: max_tokens is INT32
            for n, _, d, o in C.ENSEMBLE_INPUTS if n in used]
-    outputs = {"text_output": "text_output"} | {out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS}
-    steps = [C.step(engine_name, LLMAPI_FROM_ENSEMBLE, outputs)]
+    outputs = {"text_output": "text_output"} | _ACCEPTANCE_INTERNAL
+    steps = [C.step(engine_name, LLMAPI_FROM_ENSEMBLE, outputs),
+             C.step(ACCEPTANCE_STEPS[name], _ACCEPTANCE_INTERNAL, _STEP_OUTPUTS)]
     return C.ensemble(name, 0, ins, C.outputs(t for t in C.ENSEMBLE_OUTPUTS if t != C.OUTPUT_TOKEN_COUNT), steps)
 
 

@@ -2,8 +2,11 @@
 (`pb_utils.MetricFamily`, the python backend's custom metrics).
 
 The pytorch engine model counts true per-step figures from the runtime's GenerationStats (`RequestCounter`): every
-verify step, its draft tokens, its accepted ones and the accepted-length histogram, as they happen; a request and its
-output tokens when it ends (finished or cancelled; a failed request is Triton's nv_inference_request_failure).
+verify step, its draft tokens, its accepted ones (and, of those, the suffix automaton's candidates: num_suffix_tokens,
+num_accepted_suffix_tokens) and the accepted-length histogram, as they happen; a request and its output tokens when it
+ends (finished or cancelled; a failed request is Triton's nv_inference_request_failure). The trtllm / llmapi
+acceptance step (acceptance_step.py) registers only the families its engine's outputs give exactly
+(metrics.TRTLLM_METRICS / LLMAPI_METRICS) and no histogram.
 Every family carries the labels model (eagle_model / base_model), tree ("none" for plain decoding) and dtype.
 Imported inside the Triton python stub only (it needs triton_python_backend_utils).
 """
@@ -12,8 +15,8 @@ from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils
 
-from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS, EAGLE_METRICS,
-                               OUTPUT_TOKENS, REQUESTS, VERIFY_STEPS)
+from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_SUFFIX_TOKENS, ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS,
+                               EAGLE_METRICS, OUTPUT_TOKENS, REQUESTS, SUFFIX_TOKENS, VERIFY_STEPS)
 
 
 def histogram_supported() -> bool:
@@ -22,18 +25,19 @@ def histogram_supported() -> bool:
 
 
 class AcceptanceMetrics:
-    """One model's metrics: a counter per EAGLE_METRICS family and the accepted-length histogram (when the backend
-    has histograms; without it, mean accepted length = (accepted + steps) / steps from the counters)."""
+    """One model's metrics: a counter per family of `counters` (all of EAGLE_METRICS by default) and, with
+    `histogram`, the accepted-length histogram (when the backend has histograms; without it, mean accepted length =
+    (accepted + steps) / steps from the counters)."""
 
-    def __init__(self, model: str, tree: str, dtype: str):
+    def __init__(self, model: str, tree: str, dtype: str, *, counters=EAGLE_METRICS, histogram: bool = True):
         self.labels = {"model": model, "tree": tree, "dtype": dtype}
         self.families, self.metrics = [], {}
-        for spec in EAGLE_METRICS:
+        for spec in counters:
             family = pb_utils.MetricFamily(name=spec.name, description=spec.help, kind=pb_utils.MetricFamily.COUNTER)
             self.families.append(family)
             self.metrics[spec.name] = family.Metric(labels=self.labels)
         self.histogram = None
-        if histogram_supported():
+        if histogram and histogram_supported():
             spec = ACCEPTED_TOKENS_PER_STEP
             family = pb_utils.MetricFamily(name=spec.name, description=spec.help,
                                            kind=pb_utils.MetricFamily.HISTOGRAM)
@@ -65,15 +69,22 @@ class AcceptanceMetrics:
 class RequestCounter:
     """What one request has already counted, so that each step adds only its own figures."""
 
-    __slots__ = ("metrics", "steps", "drafted", "accepted")
+    __slots__ = ("metrics", "steps", "counted")
+
+    # GenerationStats field -> the counter its growth goes to
+    TOTALS = (("num_draft_tokens", DRAFT_TOKENS), ("num_accepted_draft_tokens", ACCEPTED_DRAFT_TOKENS),
+              ("num_suffix_tokens", SUFFIX_TOKENS), ("num_accepted_suffix_tokens", ACCEPTED_SUFFIX_TOKENS))
 
     def __init__(self, metrics: AcceptanceMetrics):
-        self.metrics, self.steps, self.drafted, self.accepted = metrics, 0, 0, 0
+        self.metrics, self.steps = metrics, 0
+        self.counted = {field: 0 for field, _ in self.TOTALS}
 
     def step(self, stats) -> None:
-        """Add what the request's GenerationStats hold beyond what was counted (new verify steps and drafts)."""
+        """Add what the request's GenerationStats hold beyond what was counted (new verify steps, drafts, suffix
+        candidates)."""
         self.metrics.observe_steps(stats.accepted_lengths[self.steps:])
-        self.metrics.add(DRAFT_TOKENS, stats.num_draft_tokens - self.drafted)
-        self.metrics.add(ACCEPTED_DRAFT_TOKENS, stats.num_accepted_draft_tokens - self.accepted)
-        self.steps, self.drafted = len(stats.accepted_lengths), stats.num_draft_tokens
-        self.accepted = stats.num_accepted_draft_tokens
+        self.steps = len(stats.accepted_lengths)
+        for field, spec in self.TOTALS:
+            total = int(getattr(stats, field))
+            self.metrics.add(spec, total - self.counted[field])
+            self.counted[field] = total
