@@ -89,10 +89,13 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
             tunings[draft] = tune(TuneRequest(Path(cfg.base), Path(draft), device=cfg.device, dtype=cfg.dtype,
                                               draft_vocab=cfg.draft_vocab, budget_s=cfg.tune_budget), echo=echo,
                                   progress=progress)
+        chosen = tunings[draft]["chosen"]["tree"] if draft in tunings else None
         for tree in cfg.trees:
-            concrete = tunings[draft]["chosen"]["tree"] if tree == AUTO else tree
-            name = f"auto={concrete}" if tree == AUTO else tree
-            out[f"{label} {name}" if len(drafts) > 1 else name] = (draft, concrete)
+            if tree != AUTO and tree == chosen:  # the auto row measures it already: once is enough
+                echo(f"{tree}: the tree auto chose, measured once as auto={tree}")
+                continue
+            name = f"auto={chosen}" if tree == AUTO else tree
+            out[f"{label} {name}" if len(drafts) > 1 else name] = (draft, chosen if tree == AUTO else tree)
     return out, tunings
 
 
