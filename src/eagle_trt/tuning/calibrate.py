@@ -102,18 +102,13 @@ def _prompts(base: Path, n: int) -> list[list[int]]:
 
 def _run(engine, prompts, max_tokens) -> tuple[float, float]:
     """(mean accepted length, milliseconds per verify step) over the prompts (greedy; prefill excluded)."""
-    lengths, seconds = [], 0.0
-    for ids in prompts:
-        t0 = time.perf_counter()
-        stats = engine.generate_all(ids, max_tokens, stop_token_ids=engine.base_spec.eos_token_ids).stats
-        seconds += time.perf_counter() - t0 - stats.prefill_time_s
-        lengths += stats.accepted_lengths
-    return sum(lengths) / max(len(lengths), 1), 1000.0 * seconds / max(len(lengths), 1)
+    return _interleaved([engine], prompts, max_tokens)[0]
 
 
 def _interleaved(engines, prompts, max_tokens) -> list[tuple[float, float]]:
-    """(mean accepted length, tok/s) of each engine, measured prompt by prompt in turn (a, b, c, a, b, c, ...), so
-    that a machine slowing down during the run moves all of them alike (greedy; prefill excluded)."""
+    """(mean accepted length, milliseconds per verify step) of each engine, measured prompt by prompt in turn (a, b,
+    c, a, b, c, ...), so that a machine slowing down during the run moves all of them alike (greedy; prefill
+    excluded)."""
     steps, tokens, seconds = [0] * len(engines), [0] * len(engines), [0.0] * len(engines)
     for ids in prompts:
         for i, engine in enumerate(engines):
@@ -122,7 +117,7 @@ def _interleaved(engines, prompts, max_tokens) -> list[tuple[float, float]]:
             seconds[i] += time.perf_counter() - t0 - stats.prefill_time_s
             steps[i] += len(stats.accepted_lengths)
             tokens[i] += sum(stats.accepted_lengths)
-    return [(t / max(n, 1), t / max(sec, 1e-9)) for n, t, sec in zip(steps, tokens, seconds)]
+    return [(t / max(n, 1), 1000.0 * sec / max(n, 1)) for n, t, sec in zip(steps, tokens, seconds)]
 
 
 def _code_digest() -> str:
@@ -237,12 +232,14 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     suffixed = [arg for arg in suffixed if in_budget(arg)]
     if suffixed:
         runs = _interleaved([probe.with_tree(arg) for arg in [drafted.arg] + suffixed], prompts, req.max_tokens)
-        for arg, (tau, tps) in zip(suffixed, runs[1:]):
+        drafted_tps = runs[0][0] / max(runs[0][1], 1e-9)
+        for arg, (tau, ms) in zip(suffixed, runs[1:]):
             advance(arg)
-            measured_tps[arg] = measured_tps[drafted.arg] * tps / runs[0][1]
+            ratio = tau / max(ms, 1e-9) / max(drafted_tps, 1e-9)
+            measured_tps[arg] = measured_tps[drafted.arg] * ratio
             candidates.append(TreeChoice(arg, tau, 1000.0 * tau / measured_tps[arg], drafted.plain_ms))
-            echo(f"  {arg}: accepted length {tau:.2f}, {tps / runs[0][1]:.3f}x {drafted.arg} measured in turn "
-                 f"with it ({runs[0][0]:.2f})")
+            echo(f"  {arg}: accepted length {tau:.2f}, {ratio:.3f}x {drafted.arg} measured in turn with it "
+                 f"({runs[0][0]:.2f})")
     # the cost model ranks the static trees; measurements on the calibration prompts pick between its first few and
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
     chosen = max(candidates, key=lambda c: measured_tps[c.arg])
