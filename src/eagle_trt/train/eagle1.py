@@ -47,16 +47,18 @@ def chunk_tensors(chunk: list[dict], chunk_tokens: int):
     """One packed chunk: draft inputs (ids [T], features [T, H], positions [T]), teacher features f_{t+1} [T, H]
     and the block-diagonal causal mask [T, T]."""
     ids, feats, targets, positions, seg = [], [], [], [], []
+    device = chunk[0]["input_ids"].device  # records may live on the GPU: build the chunk there
     for s, rec in enumerate(chunk):
         x, f = rec["input_ids"], rec["features"].float()
         n = min(len(x) - 1, chunk_tokens)
         ids.append(x[1:n + 1])
         feats.append(f[:n])
         targets.append(f[1:n + 1])
-        positions.append(torch.arange(n))
-        seg.append(torch.full((n,), s))
+        positions.append(torch.arange(n, device=device))
+        seg.append(torch.full((n,), s, device=device))
     seg_t = torch.cat(seg)
-    mask = (seg_t[:, None] == seg_t[None, :]) & torch.ones(len(seg_t), len(seg_t), dtype=torch.bool).tril()
+    mask = (seg_t[:, None] == seg_t[None, :]) & torch.ones(len(seg_t), len(seg_t), dtype=torch.bool,
+                                                           device=device).tril()  # [T, T]
     return torch.cat(ids), torch.cat(feats), torch.cat(targets), torch.cat(positions), mask
 
 
