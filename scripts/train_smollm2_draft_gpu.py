@@ -9,9 +9,9 @@ and cleared of MT-bench, HumanEval and calibration prompts). Steps, each inside 
 2. features: the base's final normed hidden state at every position (fp32, TF32 matmuls), for the answers (their
    last --prompt-tail prompt tokens are kept as context) and for the conversations themselves (their real
    answers: the targets are still the base's own features and next-token distribution);
-3. train: the package's EAGLE-1 losses (SmoothL1 on the next feature + 0.1 x soft CE over the 8192 most frequent
-   tokens) on packed chunks, AdamW, warmup + cosine; the number of steps is set after the warmup from the
-   measured step time so the schedule ends inside the budget;
+3. train: the package's EAGLE-1 training (SmoothL1 on the next feature + 0.1 x soft CE over the 8192 most frequent
+   tokens, packed chunks, AdamW, warmup + cosine) with a time budget: the step time measured over the warmup steps
+   sets the number of steps;
 4. export: the draft (SafeAILab EAGLE-1 layout, fp16), draft_vocab.json (the CE's 8192 ids, most frequent first),
    the held-out losses and top-1 agreement, and a JSON record of every figure.
 
@@ -22,7 +22,6 @@ import argparse
 import io
 import json
 import lzma
-import math
 import random
 import time
 from pathlib import Path
@@ -32,9 +31,8 @@ import torch
 
 from eagle_trt.runtime.loading import DRAFT_VOCAB_FILE, build_draft, load_base
 from eagle_trt.spec import ModelSpec
-from eagle_trt.train.eagle1 import TrainConfig, chunk_tensors, evaluate, init_from_identity, losses, vocab_subset
+from eagle_trt.train.eagle1 import TrainConfig, evaluate, init_from_identity, train_eagle1, vocab_subset
 from eagle_trt.train.export import eagle1_config, eagle1_state_dict, save_draft
-from eagle_trt.train.loop import pack
 from eagle_trt.train.pipeline import _draft_spec_for
 
 T0 = time.time()
@@ -121,48 +119,6 @@ def features(model, seqs: list[torch.Tensor], batch_tokens: int, device: str, de
     return out
 
 
-def train(draft, head_weight, records, cfg: TrainConfig, budget: float, max_epochs: int, on_checkpoint) -> dict:
-    """Warmup steps, then as many steps as the measured step time fits in the budget, cosine to zero."""
-    rng = random.Random(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    vocab = vocab_subset(records, head_weight.shape[0])
-    head_rows = head_weight[vocab].detach()  # [8192, H]
-    params = [p for n, p in draft.named_parameters() if not n.startswith(("embed_tokens", "lm_head"))]
-    for p in params:
-        p.requires_grad_(True)
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    total = [10**9]
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) * 0.5 * (
-        1 + math.cos(math.pi * min(s, total[0]) / total[0])))
-    epoch_chunks = pack(records, cfg.chunk_tokens, rng)
-    chunks, step, start, metrics, history = list(epoch_chunks), 0, time.time(), {}, []
-    draft.train()
-    while step < total[0]:
-        if step >= len(chunks):
-            chunks += pack(records, cfg.chunk_tokens, rng)
-        loss, reg, ce, acc = losses(draft, head_rows, chunk_tensors(chunks[step], cfg.chunk_tokens), cfg, noise=True)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        schedule.step()
-        step += 1
-        metrics = {"loss": loss.item(), "reg": reg, "ce": ce, "top1": acc}
-        if step == cfg.warmup_steps:
-            per_step = (time.time() - start) / step
-            total[0] = max(step + 1, min(int(budget / per_step), max_epochs * len(epoch_chunks)))
-            log(f"train: {per_step * 1e3:.1f} ms/step over {step} warmup steps -> {total[0]} steps "
-                f"({total[0] / len(epoch_chunks):.2f} epochs of {len(epoch_chunks)} chunks)")
-        if step % 200 == 0 or step == total[0]:
-            history.append({"step": step, **metrics})
-            log(f"train step {step}/{total[0]}: {metrics}")
-            on_checkpoint(step)
-    draft.eval().requires_grad_(False)
-    draft.cache = draft.rope = None
-    return {"steps": step, "epochs": round(step / len(epoch_chunks), 2), "chunks_per_epoch": len(epoch_chunks),
-            "history": history, "vocab": vocab, **metrics}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True)
@@ -235,28 +191,37 @@ def main() -> None:
     draft = build_draft(_draft_spec_for(spec), spec, base)
     init_from_identity(draft)
     draft.to(args.device)
-    cfg = TrainConfig(lr=args.lr, chunk_tokens=args.chunk_tokens, seed=args.seed)
+    cfg = TrainConfig(epochs=args.max_epochs, lr=args.lr, chunk_tokens=args.chunk_tokens, seed=args.seed,
+                      time_budget_s=args.train_budget)
     out_draft = args.out / "smollm2-eagle1"
+    history: list[dict] = []
 
-    def export(step: int, summary: dict | None = None) -> None:
-        rec = dict(record, train_step=step, **({"summary": {k: v for k, v in summary.items() if k != "vocab"}}
-                                                if summary else {}))
-        save_draft(out_draft, eagle1_state_dict(draft), eagle1_config(spec, draft, rec), force=True)
+    def export(step: int) -> None:
+        save_draft(out_draft, eagle1_state_dict(draft), eagle1_config(spec, draft, dict(record, train_step=step)),
+                   force=True)
+
+    def on_step(step: int, total: int, metrics: dict, opt) -> None:
+        if step == cfg.warmup_steps:
+            log(f"train: {total} steps after {step} warmup steps")
+        if step % 200 == 0 or step == total:
+            history.append({"step": step, **metrics})
+            log(f"train step {step}/{total}: {metrics}")
+            export(step)
 
     t = time.time()
-    summary = train(draft, base.lm_head.weight, records, cfg, args.train_budget, args.max_epochs, export)
+    summary = train_eagle1(draft, base.lm_head.weight, records, cfg, on_step=on_step)
     record["train_time_s"] = round(time.time() - t, 1)
     held_metrics = evaluate(draft, base.lm_head.weight, held, cfg) if held else {}
     record["heldout"] = held_metrics
     log(f"held-out: {held_metrics}")
-    export(summary["steps"], summary)
+    record["summary"] = {**summary, "history": history}
+    export(summary["steps"])
     counts = torch.bincount(torch.cat([r["input_ids"] for r in records]), minlength=spec.vocab_size)  # [V]
-    vocab = summary["vocab"]
+    vocab = vocab_subset(records, spec.vocab_size)  # [8192] the ids the CE was computed over
     ordered = vocab[counts[vocab].argsort(descending=True, stable=True)].tolist()
     (out_draft / DRAFT_VOCAB_FILE).write_text(json.dumps({"token_ids": ordered, "source": (
         "the 8192 most frequent tokens of the draft's training data (its CE vocabulary), most frequent first; "
         "scripts/train_smollm2_draft_gpu.py")}) + "\n", encoding="utf-8")
-    record["summary"] = {k: v for k, v in summary.items() if k != "vocab"}
     (args.out / "train_record.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     log(f"done: {out_draft}")
 

@@ -2,6 +2,7 @@
 draft beats a random one on acceptance, and evaluation prompts never enter the training data."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -143,17 +144,43 @@ def test_training_on_cuda(tiny_base, tmp_path, fmt):
 
 @pytest.mark.parametrize("warmup, total", [(20, 100), (2, 16), (1, 5), (30, 10)])
 def test_lr_schedule_is_linear_warmup_times_cosine(warmup, total):
-    """torch's LinearLR and CosineAnnealingLR chained: lr * min(1, (k + 1) / warmup) * (1 + cos(pi k / total)) / 2."""
+    """lr * min(1, (k + 1) / warmup) * (1 + cos(pi k / total)) / 2, and zero from the total on."""
     import math
 
-    from eagle_trt.train.loop import warmup_cosine
+    from eagle_trt.train.loop import WarmupCosine
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
-    schedule = warmup_cosine(opt, warmup, total)
+    schedule = WarmupCosine(opt, warmup, total)
     got = []
-    for _ in range(total):
+    for _ in range(total + 3):
         got.append(schedule.get_last_lr()[0])
         opt.step()
         schedule.step()
-    want = [0.5 * min(1.0, (k + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * k / total)) for k in range(total)]
+    want = [0.5 * min(1.0, (k + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(k, total) / total))
+            for k in range(total + 3)]
     assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert got[-1] == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize("budget, want_steps", [(1e-9, 5), (1e9, 40)])
+def test_time_budget_sets_the_number_of_steps(budget, want_steps):
+    """After the warmup steps the measured step time sets the total: a budget too small for more stops one step
+    after the warmup with the learning rate's cosine ended there; a huge one keeps every epoch."""
+    from eagle_trt.train.loop import LoopConfig, train_loop
+
+    w = torch.nn.Parameter(torch.ones(4))
+    records = [{"input_ids": torch.arange(9)} for _ in range(8)]  # 8 rows each: one record per chunk
+    cfg = LoopConfig(epochs=5, chunk_tokens=8, warmup_steps=4, time_budget_s=budget)
+    seen = []
+
+    def on_step(step, total, metrics, opt):
+        seen.append((step, total, metrics["lr"]))
+
+    def step_loss(chunk):
+        return (w * w).sum(), {}
+
+    summary = train_loop(torch.nn.Linear(1, 1), [w], records, cfg, step_loss, on_step=on_step)
+    assert summary["steps"] == want_steps == seen[-1][0] == seen[-1][1]
+    assert all(total == 40 for step, total, _ in seen if step < cfg.warmup_steps)  # 5 epochs x 8 chunks before
+    if want_steps == 5:
+        assert seen[-1][2] == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 4 / 5)))  # the cosine's last step

@@ -58,6 +58,9 @@ def config_option(flag: str, config: type, field: str, minimum: float = 1, help:
 @click.option("--lr", type=click.FloatRange(min=0.0, min_open=True), default=LoopConfig.lr, show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1),
               default=None, help="Stop after this many steps (schedule still spans --epochs).")
+@click.option("--time-budget", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Train for about this many seconds: the step time measured over the warmup steps sets the "
+                   "number of steps (at most --epochs) and the learning rate's cosine ends there.")
 @config_option("--batch-size", LoopConfig, "chunk_tokens", help="Draft rows (tokens) per step.")
 @click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
@@ -70,8 +73,8 @@ def config_option(flag: str, config: type, field: str, minimum: float = 1, help:
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
 def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, gen_batch_size, extra_prompts,
-                    temperature, epochs, lr, max_steps, batch_size, draft_vocab, ttt_steps, seed, device, resume, force,
-                    as_json):
+                    temperature, epochs, lr, max_steps, time_budget, batch_size, draft_vocab, ttt_steps, seed, device,
+                    resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
     --format eagle1 trains an EAGLE-1/2 head (feature regression + CE through the base lm_head); --format eagle3 an
@@ -94,9 +97,10 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     req = TrainRequest(base_dir, prompts_file, out_dir, fmt,
                        DataConfig(max_prompts=max_prompts, gen_tokens=gen_tokens, batch_size=gen_batch_size,
                                   temperature=temperature, seed=seed, device=device),
-                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps),
+                       TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, seed=seed, max_steps=max_steps,
+                                   time_budget_s=time_budget),
                        Eagle3TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, ttt_steps=ttt_steps, seed=seed,
-                                         max_steps=max_steps),
+                                         max_steps=max_steps, time_budget_s=time_budget),
                        draft_vocab, extra_prompts=extra_prompts, resume=resume, force=force)
     record = run(req, progress=_progress)
     if as_json:

@@ -1,15 +1,18 @@
 """The training loop EAGLE-1/2 and EAGLE-3 drafts share: records packed into chunks per epoch, AdamW, gradient
-clipping, torch's linear-warmup + cosine LR schedule, progress callback and resume from (optimizer, step)."""
+clipping, a linear-warmup x cosine LR schedule (optionally fitted to a time budget), progress callback and resume
+from (optimizer, step)."""
 
 from __future__ import annotations
 
+import math
 import random
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.optim.lr_scheduler import ChainedScheduler, CosineAnnealingLR, LinearLR, LRScheduler
+from torch.optim.lr_scheduler import LambdaLR
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class LoopConfig:
     warmup_steps: int = 20
     seed: int = 0
     max_steps: int | None = None  # stop early (the LR schedule still spans all epochs)
+    time_budget_s: float | None = None  # train for about this long: the step time measured over the warmup steps
+    #                                     sets the number of steps (at most `epochs`) and the cosine ends there
 
 
 def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[list[dict]]:
@@ -44,12 +49,16 @@ def pack(records: list[dict], chunk_tokens: int, rng: random.Random) -> list[lis
     return chunks
 
 
-def warmup_cosine(opt: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> LRScheduler:
-    """lr * min(1, (step + 1) / warmup_steps) * (1 + cos(pi * step / total_steps)) / 2: torch's linear warmup and
-    cosine annealing applied together (both scale the rate by a ratio per step, so chaining multiplies them)."""
-    warmup = max(1, warmup_steps)
-    return ChainedScheduler([LinearLR(opt, start_factor=1.0 / warmup, total_iters=warmup - 1),
-                             CosineAnnealingLR(opt, T_max=max(1, total_steps))])
+class WarmupCosine(LambdaLR):
+    """lr * min(1, (step + 1) / warmup_steps) * (1 + cos(pi * min(step, total) / total)) / 2. `total` may be
+    shortened while training (a time budget): the cosine then ends at the new total."""
+
+    def __init__(self, opt: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
+        self.warmup, self.total = max(1, warmup_steps), max(1, total_steps)
+        super().__init__(opt, self.factor)
+
+    def factor(self, step: int) -> float:
+        return min(1.0, (step + 1) / self.warmup) * 0.5 * (1 + math.cos(math.pi * min(step, self.total) / self.total))
 
 
 def train_loop(draft: torch.nn.Module, params: list[torch.nn.Parameter], records: list[dict], cfg: LoopConfig,
@@ -65,7 +74,7 @@ def train_loop(draft: torch.nn.Module, params: list[torch.nn.Parameter], records
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
     chunks = [c for _ in range(cfg.epochs) for c in pack(records, cfg.chunk_tokens, rng)]
     total, step = len(chunks), 0
-    schedule = warmup_cosine(opt, cfg.warmup_steps, total)
+    schedule = WarmupCosine(opt, cfg.warmup_steps, total)
     if state:
         opt.load_state_dict(state["optimizer"])
         step = state["step"]
@@ -75,15 +84,19 @@ def train_loop(draft: torch.nn.Module, params: list[torch.nn.Parameter], records
                 schedule.step()
     metrics: dict = {}
     draft.train()
-    for chunk in chunks[step: cfg.max_steps]:
+    first, started = step, time.perf_counter()
+    while step < min(total, cfg.max_steps or total):
         lr = schedule.get_last_lr()[0]
-        loss, metrics = step_loss(chunk)
+        loss, metrics = step_loss(chunks[step])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
-        schedule.step()
         step += 1
+        if cfg.time_budget_s is not None and step - first == max(1, cfg.warmup_steps):  # before the next rate
+            per_step = (time.perf_counter() - started) / (step - first)
+            total = schedule.total = min(total, max(step + 1, first + int(cfg.time_budget_s / per_step)))
+        schedule.step()
         metrics = {"loss": loss.item(), **metrics, "lr": lr}
         if on_step is not None:
             on_step(step, total, metrics, opt)

@@ -172,7 +172,8 @@ class _Eagle1Trainer:
     def save(self, out_dir, record):
         from eagle_trt.train.export import eagle1_config, eagle1_state_dict, save_draft
 
-        save_draft(out_dir, eagle1_state_dict(self.draft), eagle1_config(self.base_spec, self.draft, record), force=True)
+        save_draft(out_dir, eagle1_state_dict(self.draft), eagle1_config(self.base_spec, self.draft, record),
+                   force=True)
 
 
 class _Eagle3Trainer:
