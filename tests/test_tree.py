@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
+from eagle_trt.build_spec import validate_for_trtllm
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import (DEFAULT_RUNTIME_TREE, MC_SIM_7B_63, Tree, TreeConfig, ancestor_mask, pack_mask, resolve,
-                            validate_for_trtllm)
+from eagle_trt.tree import DEFAULT_RUNTIME_TREE, MC_SIM_7B_63, Tree, TreeConfig, ancestor_mask, pack_mask, resolve
 
 SMALL = [[0], [1], [0, 0], [0, 1]]
 

@@ -19,7 +19,7 @@ from eagle_trt import __version__
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import MAX_DRAFT_TOKENS, TreeConfig, resolve, validate_for_trtllm
+from eagle_trt.tree import MAX_DRAFT_TOKENS, Tree, TreeConfig, resolve
 
 SPEC_FILE = "eagle_trt_spec.json"
 DTYPES = PRECISIONS
@@ -295,3 +295,22 @@ def _spec_from_dict(cls, data: dict):
             value = tuple(value)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:
+    """TRT-LLM's rules for eagle_choices (examples/eagle/README.md): depth == num_eagle_layers, nodes <=
+    max_draft_len, non-leaf nodes per depth <= max_non_leaves_per_layer. Raises EagleTrtError listing every breach."""
+    problems = []
+    if tree.depth != num_eagle_layers:
+        problems.append(f"tree depth {tree.depth} != num_eagle_layers {num_eagle_layers} (TRT-LLM needs them equal; "
+                        f"pass --num-eagle-layers {tree.depth} or a tree of depth {num_eagle_layers})")
+    if tree.num_nodes > max_draft_len:
+        problems.append(f"tree has {tree.num_nodes} nodes > max_draft_len {max_draft_len} "
+                        f"(pass --max-draft-len {tree.num_nodes} or a smaller tree)")
+    worst = max(tree.non_leaves_per_depth())
+    if worst > max_non_leaves_per_layer:
+        problems.append(f"tree has {worst} non-leaf nodes at one depth > max_non_leaves_per_layer "
+                        f"{max_non_leaves_per_layer} (pass --max-non-leaves-per-layer {worst})")
+    if problems:
+        raise EagleTrtError("the EAGLE tree does not fit the TensorRT-LLM engine: " + "; ".join(problems),
+                            "adjust the tree or the engine limits as suggested")

@@ -225,25 +225,6 @@ def pack_mask(mask: np.ndarray) -> np.ndarray:
     return packed.view("<u4").astype(np.uint32).view(np.int32)  # [rows, words]
 
 
-def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:
-    """TRT-LLM's rules for eagle_choices (examples/eagle/README.md): depth == num_eagle_layers, nodes <=
-    max_draft_len, non-leaf nodes per depth <= max_non_leaves_per_layer. Raises EagleTrtError listing every breach."""
-    problems = []
-    if tree.depth != num_eagle_layers:
-        problems.append(f"tree depth {tree.depth} != num_eagle_layers {num_eagle_layers} (TRT-LLM needs them equal; "
-                        f"pass --num-eagle-layers {tree.depth} or a tree of depth {num_eagle_layers})")
-    if tree.num_nodes > max_draft_len:
-        problems.append(f"tree has {tree.num_nodes} nodes > max_draft_len {max_draft_len} "
-                        f"(pass --max-draft-len {tree.num_nodes} or a smaller tree)")
-    worst = max(tree.non_leaves_per_depth())
-    if worst > max_non_leaves_per_layer:
-        problems.append(f"tree has {worst} non-leaf nodes at one depth > max_non_leaves_per_layer "
-                        f"{max_non_leaves_per_layer} (pass --max-non-leaves-per-layer {worst})")
-    if problems:
-        raise EagleTrtError("the EAGLE tree does not fit the TensorRT-LLM engine: " + "; ".join(problems),
-                            "adjust the tree or the engine limits as suggested")
-
-
 def validate_for_llmapi(cfg: TreeConfig) -> None:
     """Eagle3DecodingConfig's rules (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 00043967, docs/
     trtllm_formats.md §6, §6a). A dynamic tree (validate_eagle_config): max_draft_len <= max_total_draft_tokens <=
