@@ -10,17 +10,15 @@ draft_vocab.json) to compare with `eagle-trt bench --dtype int8`.
 """
 
 import argparse
-import io
-import lzma
 import random
 import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import save_file
+from sharegpt_turns import read_turns  # scripts/sharegpt_turns.py, the file's writer
 
 
 def main() -> None:
@@ -47,9 +45,7 @@ def main() -> None:
 
     base_dir = materialize_demo_base()
     spec = ModelSpec.from_dir(base_dir)
-    data = np.load(io.BytesIO(lzma.decompress(args.turns.read_bytes())))
-    ids = torch.from_numpy(data["ids"].astype(np.int64))  # [N] every conversation back to back
-    convs = data["conv"].tolist()
+    ids, convs, _ = read_turns(args.turns)
     random.Random(args.seed).shuffle(convs)
     t0 = time.time()
     if args.cache is not None and args.cache.exists():

@@ -27,6 +27,16 @@ ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assist
          "bard": "assistant"}
 
 
+def read_turns(path: Path):
+    """The file this script writes: (ids [N] int64 tensor, conversations [(start, length)], answers [(conversation,
+    answer start, answer length)])."""
+    import torch
+
+    data = np.load(io.BytesIO(lzma.decompress(Path(path).read_bytes())))
+    ids = torch.from_numpy(data["ids"].astype(np.int64))  # [N] all conversations back to back
+    return ids, data["conv"].tolist(), data["answers"].tolist()
+
+
 def recover(path: Path) -> list[dict]:
     """Every complete conversation object of a JSON list that is cut off mid-record."""
     text = path.read_text(encoding="utf-8")

@@ -19,15 +19,13 @@ and cleared of MT-bench, HumanEval and calibration prompts). Steps, each inside 
 """
 
 import argparse
-import io
 import json
-import lzma
 import random
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+from sharegpt_turns import read_turns  # scripts/sharegpt_turns.py, the file's writer
 
 from eagle_trt.runtime.loading import DRAFT_VOCAB_FILE, build_draft, load_base
 from eagle_trt.spec import ModelSpec
@@ -40,12 +38,6 @@ T0 = time.time()
 
 def log(msg: str) -> None:
     print(f"[{time.time() - T0:6.1f} s] {msg}", flush=True)
-
-
-def load_turns(path: Path):
-    data = np.load(io.BytesIO(lzma.decompress(path.read_bytes())))
-    ids = torch.from_numpy(data["ids"].astype(np.int64))  # [N] all conversations back to back
-    return ids, data["conv"].tolist(), data["answers"].tolist()
 
 
 @torch.inference_mode()
@@ -94,18 +86,15 @@ def answer(hf, ids, convs, answers, args, deadline, stop_ids: list[int], pad_id:
 @torch.inference_mode()
 def features(model, seqs: list[torch.Tensor], batch_tokens: int, device: str, deadline: float) -> list:
     """[T, H] fp16 final normed hidden state per sequence (None for those not reached before the deadline)."""
-    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))  # shortest first: a group's last is its widest
     out: list = [None] * len(seqs)
     i = 0
     while i < len(order) and time.time() < deadline:
-        width = len(seqs[order[i]])
-        j = i
-        while j < len(order) and (j - i + 1) * max(width, len(seqs[order[j]])) <= batch_tokens:
-            width = max(width, len(seqs[order[j]]))
+        j = i + 1
+        while j < len(order) and (j - i + 1) * len(seqs[order[j]]) <= batch_tokens:
             j += 1
-        j = max(j, i + 1)
         group = order[i:j]
-        width = max(len(seqs[k]) for k in group)
+        width = len(seqs[group[-1]])
         input_ids = torch.zeros(len(group), width, dtype=torch.long)  # [B, W] right-padded
         mask = torch.zeros(len(group), width, dtype=torch.long)  # [B, W]
         for r, k in enumerate(group):
@@ -149,7 +138,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     spec = ModelSpec.from_dir(args.base)
-    ids, convs, answers = load_turns(args.turns)
+    ids, convs, answers = read_turns(args.turns)
     if args.max_convs:
         convs = convs[: args.max_convs]
         answers = [a for a in answers if a[0] < args.max_convs]

@@ -145,8 +145,6 @@ def test_training_on_cuda(tiny_base, tmp_path, fmt):
 @pytest.mark.parametrize("warmup, total", [(20, 100), (2, 16), (1, 5), (30, 10)])
 def test_lr_schedule_is_linear_warmup_times_cosine(warmup, total):
     """lr * min(1, (k + 1) / warmup) * (1 + cos(pi k / total)) / 2, and zero from the total on."""
-    import math
-
     from eagle_trt.train.loop import WarmupCosine
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
