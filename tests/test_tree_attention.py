@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 from eagle_trt.errors import EagleTrtError  # noqa: E402
-from eagle_trt.plugins.tree_attention import tree_attention  # noqa: E402
+from eagle_trt.plugins.tree_attention import LaunchPlan, plan_splits, tree_attention  # noqa: E402
 from eagle_trt.plugins.tree_attention_ref import tree_attention_ref  # noqa: E402
 from eagle_trt.tree import Tree, ancestor_mask, pack_mask  # noqa: E402
 
@@ -81,6 +81,34 @@ def test_gqa_groups_and_head_dims(group, d):
     check(*make_batch(masks, [20, 5], hq=2 * group, hkv=2, d=d, dtype=torch.float32), torch.float32)
 
 
+@pytest.mark.parametrize("num_splits", [2, 3, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_prefix_split_over_programs_and_merged(num_splits, dtype):
+    """The split (flash-decoding) path: each program streams a run of whole key blocks, a second kernel merges the
+    fp32 partials. Ragged lengths leave some splits empty for some row blocks (m = -inf, l = 0 must merge away)."""
+    rng = np.random.default_rng(num_splits)
+    masks = [random_tree(rng, n) for n in (1, 9, 33, 17)]
+    batch = make_batch(masks, [3, 200, 0, 100], hq=6, hkv=2, d=16, dtype=dtype, seed=2)
+    keys = batch[1].shape[2]
+    plan = LaunchPlan.of(4, 6, 2, keys, 33, 64, 132, num_splits=num_splits)
+    assert 1 < plan.num_splits <= num_splits and plan.split_len % 64 == 0
+    assert plan.num_splits * plan.split_len >= keys > (plan.num_splits - 1) * plan.split_len
+    check(*batch, dtype, num_splits=num_splits)
+
+
+@pytest.mark.parametrize("programs, keys, tile_rows, want", [
+    (8, 8208, 64, 26),  # Llama-3-8B at batch 1: 8 programs, 26 runs of 320 keys fill 2 x 132 SMs
+    (8, 6200, 64, 20),  # at least MIN_SPLIT_KEYS keys per split (20 runs of 320)
+    (8, 6000, 64, 1),  # under SPLIT_FROM_KEYS: one pass (the second launch and the partials cost more)
+    (32, 8256, 256, 8),  # 64 tree rows x G=4 per tile: 4 keys per tile row keep the partials small
+    (512, 8208, 64, 1),  # a full grid already: one pass, no merge
+])
+def test_split_plan_fills_the_gpu_without_tiny_splits(programs, keys, tile_rows, want):
+    splits, split_len = plan_splits(programs, keys, tile_rows, 64, 132)
+    assert splits == want and splits * split_len >= keys and (splits - 1) * split_len < keys
+    assert splits == 1 or (split_len % 64 == 0 and split_len >= max(256, 4 * tile_rows) - 64)
+
+
 def test_each_branch_equals_causal_attention_over_its_path():
     """vLLM's branch check: a tree row's output equals plain causal attention over prefix + its own path."""
     tree = Tree.named("eagle_default")
@@ -92,7 +120,7 @@ def test_each_branch_equals_causal_attention_over_its_path():
         keys = list(range(11)) + [11 + x for x in nodes]
         kp, vp = k[0][:, keys].repeat_interleave(2, 0), v[0][:, keys].repeat_interleave(2, 0)
         qp = q[nodes].transpose(0, 1)  # [Hq, len, D]
-        causal = torch.ones(len(nodes), len(keys), dtype=torch.bool).tril(diagonal=11)
+        causal = torch.ones(len(nodes), len(keys), dtype=torch.bool, device=DEVICE).tril(diagonal=11)
         want = torch.nn.functional.scaled_dot_product_attention(qp, kp, vp, attn_mask=causal).transpose(0, 1)
         assert torch.allclose(out[nodes], want, atol=1e-5), nodes
 
@@ -110,11 +138,15 @@ def test_bf16_is_not_trusted_in_the_interpreter():
 @pytest.mark.skipif(DEVICE != "cuda", reason="needs a CUDA GPU")
 @pytest.mark.parametrize("hq, hkv, d", [(32, 8, 128), (9, 3, 64)])
 @pytest.mark.parametrize("n, prefix", [(64, 4096), (16, 8192)])
-def test_full_sizes_on_gpu(hq, hkv, d, n, prefix):
+@pytest.mark.parametrize("batch", [1, 8])
+def test_full_sizes_on_gpu(hq, hkv, d, n, prefix, batch):
+    """Batch 1 runs the planned split path, batch 8 (Llama) one pass or few splits; num_splits=1 the single pass."""
     rng = np.random.default_rng(n)
-    masks = [random_tree(rng, n) for _ in range(8)]
+    masks = [random_tree(rng, n) for _ in range(batch)]
     for dtype in (torch.float16, torch.bfloat16):
-        check(*make_batch(masks, [prefix] * 8, hq, hkv, d, dtype), dtype)
+        inputs = make_batch(masks, [prefix - 3 * i for i in range(batch)], hq, hkv, d, dtype)
+        check(*inputs, dtype)
+        check(*inputs, dtype, num_splits=1)
 
 
 def test_benchmark_script_smoke(tmp_path):
@@ -126,7 +158,12 @@ def test_benchmark_script_smoke(tmp_path):
         pytest.skip("the full benchmark runs by hand on GPUs")
     assert bench.main(["--interpret-smoke", "--json-out", str(tmp_path / "b.json")]) == 0
     rows = _json.loads((tmp_path / "b.json").read_text())["rows"]
-    assert len(rows) == 2 and all(r["ours_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
+    assert len(rows) == 2 and all(r["ours_us"] > 0 and r["unsplit_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
+    assert bench.main(["--interpret-smoke", "--sweep", "--json-out", str(tmp_path / "s.json")]) == 0
+    (swept,) = _json.loads((tmp_path / "s.json").read_text())["sweep"]
+    settings = {(t["num_splits"], t["block_k"], t["num_warps"], t["num_stages"], t["block_q"]) for t in swept["all"]}
+    assert len(swept["all"]) == 112 and swept["best"]["us"] == min(t["us"] for t in swept["all"] if t["us"])
+    assert swept["plan_default"]["splits"] == "plan" and len(settings) > 50  # distinct launches, not one repeated
 
 
 def test_trt_plugin_is_described_and_needs_tensorrt():

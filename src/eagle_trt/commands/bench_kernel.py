@@ -7,9 +7,12 @@ import click
 
 @click.command("bench-kernel", context_settings={"ignore_unknown_options": True})
 @click.option("--interpret-smoke", is_flag=True, help="Tiny sizes on CPU through Triton's interpreter.")
+@click.option("--sweep", is_flag=True, help="Also time a grid of launch settings (splits, block, warps, stages).")
+@click.option("--flex", is_flag=True, help="Also time FlexAttention (batch 1, long prefixes; compiles per shape).")
 @click.option("--json-out", default="bench_kernel.json", show_default=True)
-def bench_kernel_cmd(interpret_smoke, json_out):
-    """Time our tree-attention kernel against SDPA with a mask, FlexAttention, a decode step and the HBM floor.
+def bench_kernel_cmd(interpret_smoke, sweep, flex, json_out):
+    """Time our tree-attention kernel (split as planned, and unsplit) against SDPA with a mask, FlexAttention, a
+    decode step and the HBM floor.
 
     \b
     Example (on a GPU):
@@ -17,4 +20,5 @@ def bench_kernel_cmd(interpret_smoke, json_out):
     """
     from eagle_trt.plugins.bench import main
 
-    main((["--interpret-smoke"] if interpret_smoke else []) + ["--json-out", json_out])
+    flags = [flag for flag, on in (("--interpret-smoke", interpret_smoke), ("--sweep", sweep), ("--flex", flex)) if on]
+    main(flags + ["--json-out", json_out])
