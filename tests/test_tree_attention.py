@@ -159,8 +159,24 @@ def test_benchmark_script_smoke(tmp_path):
     assert bench.main(["--interpret-smoke", "--json-out", str(tmp_path / "b.json")]) == 0
     rows = _json.loads((tmp_path / "b.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["ours_us"] > 0 and r["unsplit_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
-    assert bench.main(["--interpret-smoke", "--sweep", "--json-out", str(tmp_path / "s.json")]) == 0
-    (swept,) = _json.loads((tmp_path / "s.json").read_text())["sweep"]
+
+
+def test_bench_kernel_command_passes_its_flags(tmp_path):
+    """`eagle-trt bench-kernel` is the module's main: --sweep swaps the comparison table for the sweep."""
+    import json as _json
+
+    from click.testing import CliRunner
+
+    from eagle_trt.cli import main
+
+    if DEVICE == "cuda":
+        pytest.skip("the full benchmark runs by hand on GPUs")
+    out = tmp_path / "k.json"
+    res = CliRunner().invoke(main, ["bench-kernel", "--interpret-smoke", "--sweep", "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    result = _json.loads(out.read_text())
+    assert "rows" not in result and "sweep smoke B=1 N=8 L=64" in res.output
+    (swept,) = result["sweep"]
     settings = {(t["num_splits"], t["block_k"], t["num_warps"], t["num_stages"], t["block_q"]) for t in swept["all"]}
     assert len(swept["all"]) == 112 and swept["best"]["us"] == min(t["us"] for t in swept["all"] if t["us"])
     assert swept["plan_default"]["splits"] == "plan" and len(settings) > 50  # distinct launches, not one repeated

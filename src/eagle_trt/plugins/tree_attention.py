@@ -8,8 +8,9 @@ tokens. Online softmax in fp32; fp16/bf16/fp32 inputs; ragged batches (cu_q, pre
 
 Splitting (flash-decoding): at batch 1 there are only Hkv * ceil(N/BLOCK_Q) (row block, head) pairs, 8 for
 Llama-3-8B, far fewer than the GPU's multiprocessors, so one program per pair leaves most of the GPU idle while it
-streams the whole prefix. The key range is then cut into splits, each program writes its unnormalised partial
-(acc, running max m, running sum l) in fp32, and a second kernel merges the splits per (token, head):
+streams the whole prefix. From SPLIT_FROM_KEYS keys on, the key range is cut into splits, each program writes its
+unnormalised partial (acc, running max m, running sum l) in fp32, and a second kernel merges the splits per
+(token, head):
   M = max_s m_s,  L = sum_s l_s e^(m_s - M),  O = sum_s acc_s e^(m_s - M) / L.
 
 Layouts are those of tree_attention_ref.py (the oracle). On a CPU the kernels run under Triton's interpreter
@@ -158,7 +159,7 @@ _SM_COUNT: dict[int, int] = {}
 
 def _multiprocessors(device: torch.device) -> int:
     if device.type != "cuda":
-        return 4  # the interpreter: a small figure so CPU tests exercise splitting
+        return 4  # Triton's interpreter on a CPU (tests pass num_splits to exercise splitting)
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _SM_COUNT:
         _SM_COUNT[index] = torch.cuda.get_device_properties(index).multi_processor_count
