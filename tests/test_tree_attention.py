@@ -216,12 +216,13 @@ def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base):
     ({"d": 48}, "head dim 48 is not supported"),
     ({"hq": 3}, "3 query heads are not a multiple of 2 KV heads"),
     ({"mask_dtype": torch.int64}, "packed_mask is torch.int64"),
+    ({"dtype": torch.float64}, "dtype torch.float64 is not supported"),  # the CPU engine's exact K/V cache dtype
 ])
 def test_bad_kernel_inputs_raise_our_error(change, words):
     """The kernel wrapper checks its inputs before any launch and says what is wrong (no assert, no RuntimeError)."""
     d, hq = change.get("d", 32), change.get("hq", 4)
-    q = torch.zeros(6, hq, d)  # [total_q, Hq, D]
-    k = torch.zeros(1, 2, 10, d)  # [B, Hkv, S, D]
+    q = torch.zeros(6, hq, d, dtype=change.get("dtype", torch.float32))  # [total_q, Hq, D]
+    k = torch.zeros(1, 2, 10, d, dtype=q.dtype)  # [B, Hkv, S, D]
     packed = torch.from_numpy(pack_mask(SIX_NODE.attention_mask())).to(change.get("mask_dtype", torch.int32))
     with pytest.raises(EagleTrtError, match=words):
         tree_attention(q, k, k.clone(), packed, torch.tensor([0, 6], dtype=torch.int32),
