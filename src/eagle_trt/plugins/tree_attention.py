@@ -95,18 +95,19 @@ if triton is not None:
         lo = split * split_len
         hi = tl.minimum(lo + split_len, kv_end)
         tree_from = tl.maximum(lo, (prefix // BLOCK_K) * BLOCK_K)  # first key block that may hold tree tokens
-        kv_base = k_ptr + b * stride_kb + h * stride_kh
+        k_base = k_ptr + b * stride_kb + h * stride_kh  # this sequence's and head's keys (values alike)
+        v_base = v_ptr + b * stride_kb + h * stride_kh
         for start in range(lo, tl.minimum(hi, tree_from), BLOCK_K):  # whole prefix blocks: no mask at all
             off = (start + kcols)[:, None] * stride_ks + d[None, :]  # [BLOCK_K, D]
-            k = tl.load(kv_base + off)
-            v = tl.load(v_ptr + (b * stride_kb + h * stride_kh) + off)
+            k = tl.load(k_base + off)
+            v = tl.load(v_base + off)
             m_i, l_i, acc = _online_softmax_step(q, k, v, 0, m_i, l_i, acc, sm_scale, False, PRECISION)
         for start in range(tree_from, hi, BLOCK_K):  # blocks reaching into the tree tokens: bitmask
             kpos = start + kcols  # [BLOCK_K]
             k_ok = kpos < hi
             off = kpos[:, None] * stride_ks + d[None, :]
-            k = tl.load(kv_base + off, mask=k_ok[:, None], other=0.0)  # [BLOCK_K, D]
-            v = tl.load(v_ptr + (b * stride_kb + h * stride_kh) + off, mask=k_ok[:, None], other=0.0)
+            k = tl.load(k_base + off, mask=k_ok[:, None], other=0.0)  # [BLOCK_K, D]
+            v = tl.load(v_base + off, mask=k_ok[:, None], other=0.0)
             t = kpos - prefix  # tree index of each key (negative inside the prefix)
             in_tree = t >= 0
             tw = tl.where(in_tree, t, 0)
