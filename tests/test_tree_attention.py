@@ -159,6 +159,7 @@ def test_benchmark_script_smoke(tmp_path):
     assert bench.main(["--interpret-smoke", "--json-out", str(tmp_path / "b.json")]) == 0
     rows = _json.loads((tmp_path / "b.json").read_text())["rows"]
     assert len(rows) == 2 and all(r["ours_us"] > 0 and r["unsplit_us"] > 0 and r["sdpa_us"] > 0 for r in rows)
+    assert [r["splits"] for r in rows] == [1, 1]  # short prefixes run in one pass, and the row says so
 
 
 def test_bench_kernel_command_passes_its_flags(tmp_path):

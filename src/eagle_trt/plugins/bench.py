@@ -132,11 +132,14 @@ def sweep(torch, tree_attention, device, dtype, shapes, rows, reps, progress: Pr
 
 def compare(torch, tree_attention, device, dtype, shapes, grid, reps, flex, progress: Progress) -> None:
     """The comparison table: ours (planned and unsplit), SDPA with the mask, FlexAttention, decode, the floor."""
+    from eagle_trt.plugins.tree_attention import BLOCK_K, LaunchPlan, _multiprocessors
+
     cuda = device == "cuda"
     bw = progress.result["copy_bandwidth_GBps"]
     for shape_name, (hq, hkv, d) in shapes.items():
         for batch, n, prefix in grid:
             q, k, v, packed, cu, pl, dense = _inputs(torch, batch, n, prefix, hq, hkv, d, dtype, device)
+            plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, BLOCK_K, _multiprocessors(q.device))
             ours = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n), reps, cuda)
             ours_eager = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n), reps, cuda, graph=False)
             unsplit = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n, num_splits=1), reps, cuda)
@@ -151,7 +154,8 @@ def compare(torch, tree_attention, device, dtype, shapes, grid, reps, flex, prog
                 flex_us = _flex_us(torch, flex, qs, k, v, dense, n, prefix, reps, device)
             kv_bytes = 2 * k.numel() * k.element_size()
             floor_us = kv_bytes / (bw * 1e9) * 1e6 if bw else None
-            row = {"shape": shape_name, "batch": batch, "N": n, "L": prefix, "ours_us": ours,
+            row = {"shape": shape_name, "batch": batch, "N": n, "L": prefix, "splits": plan.num_splits,
+                   "split_len": plan.split_len, "block_q": plan.block_q, "ours_us": ours,
                    "ours_eager_us": ours_eager, "decode_eager_us": decode_eager, "unsplit_us": unsplit,
                    "sdpa_us": sdpa, "flex_us": flex_us, "decode_us": decode, "floor_us": floor_us,
                    "vs_floor": ours / floor_us if floor_us else None, "sdpa_over_ours": sdpa / ours,
@@ -159,14 +163,15 @@ def compare(torch, tree_attention, device, dtype, shapes, grid, reps, flex, prog
             progress.add("rows", row, _row_line(row))
 
 
-HEADER = ("| shape | B | N | L | ours us | unsplit us | SDPA+mask us | Flex (eager) us | decode us | floor us "
+HEADER = ("| shape | B | N | L | splits | ours us | unsplit us | SDPA+mask us | Flex (eager) us | decode us | floor us "
           "| ours/floor | SDPA/ours | ours/decode | ours eager us | decode eager us |\n"
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _row_line(r: dict) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-    return (f"| {r['shape']} | {r['batch']} | {r['N']} | {r['L']} | {fmt(r['ours_us'])} | {fmt(r['unsplit_us'])} "
+    return (f"| {r['shape']} | {r['batch']} | {r['N']} | {r['L']} | {r['splits']} | {fmt(r['ours_us'])} "
+            f"| {fmt(r['unsplit_us'])} "
             f"| {fmt(r['sdpa_us'])} | {fmt(r['flex_us'])} | {fmt(r['decode_us'])} | {fmt(r['floor_us'])} "
             f"| {fmt(r['vs_floor'])} | {r['sdpa_over_ours']:.2f} | {r['ours_over_decode']:.2f} "
             f"| {fmt(r['ours_eager_us'])} | {fmt(r['decode_eager_us'])} |")
