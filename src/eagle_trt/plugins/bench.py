@@ -101,17 +101,16 @@ class Progress:
 
 def sweep(torch, tree_attention, device, dtype, shapes, rows, reps, progress: Progress) -> None:
     """Every SWEEP setting on each row (CUDA-graph timing); 'plan' is LaunchPlan's choice."""
-    from eagle_trt.plugins.tree_attention import BLOCK_K, NUM_STAGES, NUM_WARPS, LaunchPlan, _multiprocessors
+    from eagle_trt.plugins.tree_attention import BLOCK_K, NUM_STAGES, NUM_WARPS, LaunchPlan, multiprocessors
 
     for shape_name, (hq, hkv, d) in shapes.items():
         for batch, n, prefix in rows:
             q, k, v, packed, cu, pl, _ = _inputs(torch, batch, n, prefix, hq, hkv, d, dtype, device)
             timings = []
+            planned_rows = LaunchPlan.of(batch, hq, hkv, prefix + n, n, BLOCK_K, multiprocessors(q.device)).block_q
             for splits, block_k, warps, stages, rows_per in itertools.product(*SWEEP.values()):
-                plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, block_k, _multiprocessors(q.device))
-                block_q = plan.block_q * (2 if rows_per == "double" else 1)
-                if block_q != plan.block_q:
-                    plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, block_k, _multiprocessors(q.device), block_q)
+                block_q = planned_rows * (2 if rows_per == "double" else 1)
+                plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, block_k, multiprocessors(q.device), block_q)
                 count = plan.num_splits if splits == "plan" else splits
                 kw = dict(max_tree_len=n, num_splits=count, block_k=block_k, num_warps=warps, num_stages=stages,
                           block_q=block_q)
@@ -132,22 +131,22 @@ def sweep(torch, tree_attention, device, dtype, shapes, rows, reps, progress: Pr
 
 def compare(torch, tree_attention, device, dtype, shapes, grid, reps, flex, progress: Progress) -> None:
     """The comparison table: ours (planned and unsplit), SDPA with the mask, FlexAttention, decode, the floor."""
-    from eagle_trt.plugins.tree_attention import BLOCK_K, LaunchPlan, _multiprocessors
+    from eagle_trt.plugins.tree_attention import BLOCK_K, LaunchPlan, multiprocessors
 
     cuda = device == "cuda"
     bw = progress.result["copy_bandwidth_GBps"]
     for shape_name, (hq, hkv, d) in shapes.items():
         for batch, n, prefix in grid:
             q, k, v, packed, cu, pl, dense = _inputs(torch, batch, n, prefix, hq, hkv, d, dtype, device)
-            plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, BLOCK_K, _multiprocessors(q.device))
-            ours = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n), reps, cuda)
-            ours_eager = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n), reps, cuda, graph=False)
+            plan = LaunchPlan.of(batch, hq, hkv, prefix + n, n, BLOCK_K, multiprocessors(q.device))
+            ours_fn = lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n)  # noqa: E731
+            ours, ours_eager = _time(ours_fn, reps, cuda), _time(ours_fn, reps, cuda, graph=False)
             unsplit = _time(lambda: tree_attention(q, k, v, packed, cu, pl, max_tree_len=n, num_splits=1), reps, cuda)
             qs = q.view(batch, n, hq, d).transpose(1, 2)  # [B, Hq, n, D]
             sdpa = _time(lambda: torch.nn.functional.scaled_dot_product_attention(
                 qs, k, v, attn_mask=dense, enable_gqa=True), reps, cuda)
             q1 = q.view(batch, n, hq, d)[:, :1].transpose(1, 2).contiguous()  # [B, Hq, 1, D]
-            decode_fn = lambda: torch.nn.functional.scaled_dot_product_attention(q1, k, v, enable_gqa=True)  # noqa
+            decode_fn = lambda: torch.nn.functional.scaled_dot_product_attention(q1, k, v, enable_gqa=True)  # noqa: E731
             decode, decode_eager = _time(decode_fn, reps, cuda), _time(decode_fn, reps, cuda, graph=False)
             flex_us = None
             if flex is not None and batch == 1 and prefix >= FLEX_FROM_L:

@@ -117,8 +117,9 @@ if triton is not None:
             visible = k_ok[None, :] & row_ok[:, None] & ((~in_tree)[None, :] | (bit != 0))  # [BLOCK_M, BLOCK_K]
             m_i, l_i, acc = _online_softmax_step(q, k, v, visible, m_i, l_i, acc, sm_scale, True, PRECISION)
         if SPLIT:  # unnormalised partial of this split (an empty split writes m = -inf, l = 0)
-            tok_head = ((split * total_q + q_start + qi) * (G * tl.num_programs(1)) + head)  # [BLOCK_M]
-            rows_all = num_splits * total_q * G * tl.num_programs(1)  # (split, token, head) rows in the workspace
+            hq = G * tl.num_programs(1)
+            tok_head = (split * total_q + q_start + qi) * hq + head  # [BLOCK_M]
+            rows_all = num_splits * total_q * hq  # (split, token, head) rows in the workspace
             tl.store(part_ptr + tok_head[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
             tl.store(part_ptr + rows_all * D + tok_head, m_i, mask=row_ok)
             tl.store(part_ptr + rows_all * (D + 1) + tok_head, l_i, mask=row_ok)
@@ -159,7 +160,8 @@ if triton is not None:
 _SM_COUNT: dict[int, int] = {}
 
 
-def _multiprocessors(device: torch.device) -> int:
+def multiprocessors(device: torch.device) -> int:
+    """The device's SM count (cached), which LaunchPlan fills with programs."""
     if device.type != "cuda":
         return 4  # Triton's interpreter on a CPU (tests pass num_splits to exercise splitting)
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -237,13 +239,12 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     _check_inputs(q, k, v, packed_mask, cu_q, batch)
     if max_tree_len is None:
         max_tree_len = int((cu_q[1:] - cu_q[:-1]).max())
-    plan = LaunchPlan.of(batch, hq, hkv, keys, max_tree_len, block_k, _multiprocessors(q.device), block_q,
+    plan = LaunchPlan.of(batch, hq, hkv, keys, max_tree_len, block_k, multiprocessors(q.device), block_q,
                          num_splits)
     out = torch.empty_like(q) if out is None else out
-    split = plan.num_splits > 1
-    if split and plan.num_splits * total_q * hq * (d + 2) >= 2**31:  # int32 offsets in the kernels
+    if plan.num_splits * total_q * hq * (d + 2) >= 2**31:  # the workspace's int32 offsets in the kernels
         plan = replace(plan, num_splits=1, split_len=keys)
-        split = False
+    split = plan.num_splits > 1
     # one fp32 workspace for the split partials: acc [S, total_q, Hq, D], then m and l [S, total_q, Hq] each
     part = torch.empty(plan.num_splits * total_q * hq * (d + 2), dtype=torch.float32, device=q.device) if split else out
     _tree_attn_kernel[(batch * plan.num_splits, hkv, plan.q_blocks)](
@@ -258,7 +259,7 @@ def tree_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed_mas
     )
     if split:
         _merge_splits_kernel[(total_q,)](part, out, out.stride(0), out.stride(1), total_q, plan.num_splits,
-                                         HQ=hq, BLOCK_H=triton.next_power_of_2(hq), D=d)
+                                         HQ=hq, BLOCK_H=_next_power_of_2(hq), D=d)
     return out
 
 
