@@ -35,7 +35,8 @@ def test_a_scrape_reads_back_into_counters_and_differences():
     eagle = AcceptanceCounts.from_metrics(SCRAPE, "eagle_model")
     assert (eagle.requests, eagle.verify_steps, eagle.draft_tokens, eagle.output_tokens) == (4, 10, 30, 0)
     assert eagle.acceptance_rate == 0.5 and eagle.mean_accepted_length == 2.5  # (15 + 10) / 10
-    delta = eagle.delta(AcceptanceCounts(requests=1, verify_steps=5, draft_tokens=15, accepted_draft_tokens=5))
+    delta = eagle.delta(AcceptanceCounts(requests=1, output_tokens=0, verify_steps=5, draft_tokens=15,
+                                          accepted_draft_tokens=5))
     assert delta.to_dict()["mean_accepted_length"] == 3.0 and delta.requests == 3
     base = AcceptanceCounts.from_metrics(SCRAPE, "base_model")
     assert base.requests == 2 and base.acceptance_rate is None and base.mean_accepted_length is None

@@ -19,7 +19,7 @@ one model, so that a perf run can difference a scrape before and after (`delta`)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from eagle_trt.errors import EagleTrtError
 
@@ -130,24 +130,29 @@ def metric_sum(samples, name: str, **labels: str) -> float:
     return sum((v for n, ls, v in samples if n == name and all(ls.get(k) == w for k, w in labels.items())), 0.0)
 
 
+# AcceptanceCounts' fields, each the metric it sums
+COUNTED_METRICS = {"requests": REQUESTS, "output_tokens": OUTPUT_TOKENS, "verify_steps": VERIFY_STEPS,
+                   "draft_tokens": DRAFT_TOKENS, "accepted_draft_tokens": ACCEPTED_DRAFT_TOKENS}
+
+
 @dataclass(frozen=True)
 class AcceptanceCounts:
-    """Our counters for one model (every tree and dtype label summed), from one scrape or the difference of two."""
+    """Our counters for one model (every tree and dtype label summed), from one scrape or the difference of two.
+    Each field is the metric of the same name in COUNTED_METRICS."""
 
-    requests: float = 0.0
-    output_tokens: float = 0.0
-    verify_steps: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_draft_tokens: float = 0.0
+    requests: float
+    output_tokens: float
+    verify_steps: float
+    draft_tokens: float
+    accepted_draft_tokens: float
 
     @classmethod
     def from_metrics(cls, text: str, model: str) -> AcceptanceCounts:
         samples = parse_metrics(text)
-        specs = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS)
-        return cls(*(metric_sum(samples, spec.name, model=model) for spec in specs))
+        return cls(**{name: metric_sum(samples, spec.name, model=model) for name, spec in COUNTED_METRICS.items()})
 
     def delta(self, before: AcceptanceCounts) -> AcceptanceCounts:
-        return AcceptanceCounts(*(getattr(self, f.name) - getattr(before, f.name) for f in fields(self)))
+        return AcceptanceCounts(**{name: getattr(self, name) - getattr(before, name) for name in COUNTED_METRICS})
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -159,5 +164,5 @@ class AcceptanceCounts:
         return (self.accepted_draft_tokens + self.verify_steps) / self.verify_steps if self.verify_steps else None
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+        return {name: getattr(self, name) for name in COUNTED_METRICS} | {
             "acceptance_rate": self.acceptance_rate, "mean_accepted_length": self.mean_accepted_length}
