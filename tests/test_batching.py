@@ -99,3 +99,35 @@ def test_policy_parsing():
         LoadPolicy.parse("chain:2;bogus:3")
     assert resolve_load_policy(resolve("dynamic:3,2,4")).to_arg().startswith("dynamic:3,2,4;")
     assert resolve_load_policy(resolve("chain:3"), "chain:3;none").to_arg() == "chain:3;none"
+
+
+def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base, eagle1_draft):
+    """Caches sized by prompt + max_new_tokens (a power of two from MIN_CACHE_TOKENS) plus the widest tree; the
+    smallest spare that fits is reused; outputs stay those of plain decoding alone, also at a bucket's edge."""
+    from eagle_trt.runtime.batching import MIN_CACHE_TOKENS
+
+    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=1024)
+    batcher = Batcher(engine, max_batch=2, policy=LoadPolicy.parse("chain:3;none"))
+    (own,) = batcher.spare  # the decoder's own caches, max_seq_len long
+    own_room = EagleDecoder.cache_lengths(1024, 3)
+    assert (own[0].max_len, own[1].max_len) == own_room
+    first = batcher.start(PROMPTS[0], 12, key="first")  # 16 tokens: takes the only spare (the own, long pair)
+    edge = batcher.start([7] * (2 * MIN_CACHE_TOKENS - 20), 20, key="edge")  # exactly 2 x MIN_CACHE_TOKENS tokens
+    assert first.caches is own
+    assert (edge.caches[0].max_len, edge.caches[1].max_len) == EagleDecoder.cache_lengths(2 * MIN_CACHE_TOKENS, 3)
+    out = {"first": [], "edge": []}
+    while batcher.active:
+        for slot, step in batcher.round():
+            out[slot.key] += step.token_ids
+    assert first.error is None and edge.error is None
+    assert out["first"] == _plain_alone(engine, PROMPTS[0], 12)
+    assert out["edge"] == _plain_alone(engine, [7] * (2 * MIN_CACHE_TOKENS - 20), 20)
+    small = batcher.start(PROMPTS[1], 4)  # fits both spares: gets the smaller
+    assert small.caches is edge.caches
+    batcher.cancel(small)
+    big = batcher.start([5] * 600, 100)  # 700 tokens: only the long pair fits
+    assert big.caches is own
+    batcher.cancel(big)
+    for n in range(4):  # at most max_batch + 1 spares are kept; the smallest go first
+        batcher._keep((engine.base.new_cache(10 + n), engine.draft.new_cache(10 + n)))
+    assert len(batcher.spare) == 3 and own in batcher.spare and edge.caches in batcher.spare

@@ -11,6 +11,11 @@ shape.
 Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
 running when it starts, down to plain decoding (`none`) through the same decoder.
 
+Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
+MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
+755 MB, and zeroing it took ~0.3 s during which no running request advanced. Finished requests' caches are kept for
+the next ones (the smallest that fits is taken), at most max_batch + 1 of them.
+
     batcher = Batcher(decoder, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
     slot = batcher.start(prompt_ids, 64)
     while batcher.active:
@@ -30,6 +35,8 @@ from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree import TreeConfig
+
+MIN_CACHE_TOKENS = 128  # the smallest cache a request gets (tokens it can commit, before the tree's rows)
 
 
 @dataclass(eq=False)
@@ -57,11 +64,10 @@ class Batcher:
         for tree in dict.fromkeys(policy.trees):
             speculative = tree is not None and decoder.draft is not None
             self.views[tree] = decoder.with_tree(tree if speculative else "chain:1", speculative=speculative)
-        widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
-        self.room, self.draft_room = EagleDecoder.cache_lengths(decoder.max_seq_len, widest)
-        self.spare: list[tuple] = []  # caches of finished requests, reused; the decoder's own serve the first
+        self.widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
+        self.spare: list[tuple] = []  # (base, draft) caches of finished requests, reused; the decoder's own first
         own = (decoder.base.cache, decoder.draft.cache if decoder.draft is not None else None)
-        if own[0].max_len >= self.room and (own[1] is None or own[1].max_len >= self.draft_room):
+        if self._fits(own, decoder.max_seq_len):
             self.spare.append(own)
         self.active: list[Slot] = []
 
@@ -73,13 +79,13 @@ class Batcher:
                                 "wait for one to finish")
         tree = self.policy.tree_for(len(self.active) + 1)
         view = self.views[tree]
-        caches = self.spare.pop() if self.spare else self._new_caches()
+        caches = self._take_caches(len(input_ids) + max_new_tokens)
         slot = Slot(key, tree, caches=caches)
         try:
             slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
                                             caches=(caches[0], caches[1] if view.draft is not None else None))
         except Exception:
-            self.spare.append(caches)
+            self._keep(caches)
             raise
         self.active.append(slot)
         return slot
@@ -135,9 +141,27 @@ class Batcher:
     def _finish(self, slot: Slot) -> None:
         slot.done = True
         self.active.remove(slot)
-        self.spare.append(slot.caches)
+        self._keep(slot.caches)
 
-    def _new_caches(self) -> tuple:
+    def _keep(self, caches: tuple) -> None:
+        """Back to the spare caches; beyond max_batch + 1 of them the smallest goes (the cheapest to make again)."""
+        self.spare.append(caches)
+        if len(self.spare) > self.max_batch + 1:
+            self.spare.remove(min(self.spare, key=lambda c: c[0].max_len))
+
+    def _fits(self, caches: tuple, tokens: int) -> bool:
+        room, draft_room = EagleDecoder.cache_lengths(tokens, self.widest)
+        return caches[0].max_len >= room and (caches[1] is None or caches[1].max_len >= draft_room)
+
+    def _take_caches(self, tokens: int) -> tuple:
+        """(base, draft) caches for a request that commits at most `tokens` (prompt + max_new_tokens): the smallest
+        spare pair that fits, else a new pair for the next power of two (MIN_CACHE_TOKENS to max_seq_len)."""
+        fitting = [c for c in self.spare if self._fits(c, tokens)]
+        if fitting:
+            caches = min(fitting, key=lambda c: c[0].max_len)
+            self.spare.remove(caches)
+            return caches
+        bucket = min(self.decoder.max_seq_len, max(MIN_CACHE_TOKENS, 1 << (tokens - 1).bit_length()))
+        room, draft_room = EagleDecoder.cache_lengths(bucket, self.widest)
         draft = self.decoder.draft
-        return (self.decoder.base.new_cache(self.room),
-                draft.new_cache(self.draft_room) if draft is not None else None)
+        return self.decoder.base.new_cache(room), draft.new_cache(draft_room) if draft is not None else None
