@@ -18,8 +18,9 @@ from pathlib import Path
 ROOT = "eagle_trt"
 LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low modules spelled out
     ("errors",),
+    ("llmapi_release",),
     (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub", "datasets", "metrics"),  # ROOT: version
-    ("draft_layouts",),
+    ("draft_layouts", "quantization"),
     ("spec", "demo_model", "load_policy"),
     ("build_spec",),
     ("plugins",),

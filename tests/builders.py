@@ -247,7 +247,7 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
                      max_input_len=1024, max_seq_len=2048,
                      trtllm=TrtllmSettings(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10,
                                            backend_version=backend_version)
-                     if engine == "trtllm" else None)
+                     if engine == "trtllm" else None, llmapi_version=backend_version if engine == "llmapi" else None)
     return dataclasses.replace(spec, **changes)
 
 

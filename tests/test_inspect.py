@@ -10,7 +10,7 @@ BASE_KEYS = {"path", "architecture", "model_type", "num_hidden_layers", "hidden_
              "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta",
              "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "torch_dtype", "bos_token_id",
              "eos_token_ids", "has_tokenizer", "has_chat_template", "weight_format", "family", "qkv_bias", "o_bias",
-             "mlp_bias", "qk_norm", "sliding_window", "sliding_layers", "hub_source"}
+             "mlp_bias", "qk_norm", "sliding_window", "sliding_layers", "hub_source", "quantization"}
 DRAFT_KEYS = {"path", "format", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
               "intermediate_size", "vocab_size", "draft_vocab_size", "target_hidden_size", "fc_in_features",
               "has_fc_bias", "has_embed_tokens", "rms_norm_eps", "rope_theta", "num_hidden_layers", "weight_format",
@@ -33,6 +33,7 @@ def test_json_keys_are_stable(tiny_base, eagle1_draft):
     assert set(report["engines"]) == {"trtllm", "llmapi", "pytorch", "vllm"}
     assert report["compatible"] and report["problems"] == []
     assert report["base"]["eos_token_ids"] == [2] and report["base"]["has_chat_template"]
+    assert report["base"]["quantization"] is None
     assert report["draft"]["format"] == "eagle1" and report["draft"]["has_fc_bias"]
     assert report["engines"]["trtllm"]["ok"] and not report["engines"]["llmapi"]["ok"]
 

@@ -21,6 +21,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import llmapi_release
 from eagle_trt.tree import resolve
 
 # Eagle3DecodingConfig / DecodingBaseConfig fields we may write (llm_args.py at fcd3f316); "decoding_type" selects it
@@ -74,15 +75,16 @@ def test_layers_trtllm_cannot_name_are_refused():
                         "max_total_draft_tokens": 40}),
 ])
 def test_tree_mapping(arg, fields):
-    assert llmapi.tree_fields(resolve(arg)) == fields
-    assert set(fields) <= EAGLE3_FIELDS
+    release = llmapi_release("1.3")  # the last release line with static trees
+    assert llmapi.tree_fields(resolve(arg, "llmapi", "1.3"), release) == fields
+    assert set(fields) <= EAGLE3_FIELDS and set(fields) <= release.fields
 
 
 @pytest.mark.parametrize("arg", ["dynamic:5,8,49", "dynamic:4,2,4", "dynamic:3,2,9"])
 def test_dynamic_trees_trtllm_refuses(arg, tiny_base, eagle3_draft):
     """TensorRT-LLM's bounds with its max_draft_len = our DEPTH + 1: 6 <= T <= 48; 5 <= T; T <= 8."""
     with pytest.raises(EagleTrtError, match=r"DEPTH\+1 <= TOKENS <= TOPK x \(DEPTH\+1\)"):
-        llmapi.tree_fields(resolve(arg))
+        llmapi.tree_fields(resolve(arg), llmapi_release())
     with pytest.raises(EagleTrtError, match=r"tree: TensorRT-LLM's dynamic tree needs"):
         BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg)
 

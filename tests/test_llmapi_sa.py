@@ -27,8 +27,12 @@ from eagle_trt.build import llmapi
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import llmapi_release
 from eagle_trt.load_policy import LoadPolicy
 from eagle_trt.tree import resolve
+
+RELEASE = "1.3"  # sa_config exists from 1.3 (llmapi_release); the pins below were read at 0004396, 1.3's line
+R = llmapi_release(RELEASE)
 
 # llm_args.py @ 0004396: the Eagle3DecodingConfig / DecodingBaseConfig fields we may write
 EAGLE3_FIELDS = {"decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model", "eagle_choices",
@@ -44,7 +48,7 @@ MAX_BATCH = 8  # the test bundles' max_batch_size
 
 def trtllm_problems(sc: dict) -> list[str]:
     """What TensorRT-LLM's validators (llm_args.py @ 0004396) would reject in a speculative_config we wrote."""
-    problems = [f"unknown field {k}" for k in sorted(set(sc) - EAGLE3_FIELDS)]
+    problems = [f"unknown field {k}" for k in sorted(set(sc) - (EAGLE3_FIELDS & R.fields))]
     max_draft_len = sc.get("max_draft_len")
     if not isinstance(max_draft_len, int) or max_draft_len <= 0:
         problems.append("max_draft_len must be > 0 for Eagle")
@@ -104,7 +108,7 @@ def test_the_checker_catches_each_bound(sc, problem):
 
 
 def test_suffix_becomes_sa_config():
-    fields = llmapi.tree_fields(resolve("chain:4+suffix:3,4", "llmapi"))
+    fields = llmapi.tree_fields(resolve("chain:4+suffix:3,4", "llmapi", RELEASE), R)
     assert fields == {"max_draft_len": 4, "sa_config": {"threshold": 3, "enable_global_pool": False}}
     assert trtllm_problems(fields) == []
 
@@ -118,15 +122,15 @@ def test_suffix_becomes_sa_config():
 ])
 def test_suffix_trtllm_cannot_mean_the_same_is_refused(arg, message, tiny_base, eagle3_draft):
     with pytest.raises(EagleTrtError, match=message):
-        resolve(arg, "llmapi")
+        resolve(arg, "llmapi", RELEASE)
     with pytest.raises(EagleTrtError, match=message):
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg)
+        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg, backend_version=RELEASE)
     if "MIN_MATCH" not in message:
         resolve(arg, "pytorch")  # our own engine runs it as written
 
 
 @pytest.mark.parametrize("tree, policy, schedule", [
-    ("chain:4", "chain:4;chain:4;chain:2;none", {2: 4, 3: 2, 8: 0}),
+    ("chain:4", "chain:4;chain:4;chain:2;none", {1: 4, 2: 4, 3: 2, 8: 0}),
     ("chain:4", "chain:4;chain:2;chain:1", {1: 4, 2: 2, 8: 1}),  # the last entry holds for every larger batch
     ("chain:3", "chain:3;none", {1: 3, 8: 0}),
     ("chain:4+suffix:3,4", "chain:4+suffix:3,4;chain:2+suffix:3,2", {1: 4, 8: 2}),
@@ -134,10 +138,10 @@ def test_suffix_trtllm_cannot_mean_the_same_is_refused(arg, message, tiny_base, 
     ("dynamic:3,2,4", "dynamic:3,2,4", None),
 ])
 def test_load_policy_becomes_draft_len_schedule(tree, policy, schedule):
-    cfg, parsed = resolve(tree, "llmapi"), LoadPolicy.parse(policy)
-    written = llmapi.draft_len_schedule(parsed, cfg, MAX_BATCH)
+    cfg, parsed = resolve(tree, "llmapi", RELEASE), LoadPolicy.parse(policy)
+    written = llmapi.draft_len_schedule(parsed, cfg, MAX_BATCH, R)
     assert written == schedule
-    sc = llmapi.tree_fields(cfg) | ({} if written is None else {"draft_len_schedule": written})
+    sc = llmapi.tree_fields(cfg, R) | ({} if written is None else {"draft_len_schedule": written})
     assert trtllm_problems(sc) == []
     if cfg.kind == "chain":  # TensorRT-LLM's lookup gives every batch size the length our policy gives it
         assert [trtllm_draft_len(written, b, sc["max_draft_len"]) for b in range(1, MAX_BATCH + 1)] == \
@@ -160,23 +164,24 @@ def test_load_policy_becomes_draft_len_schedule(tree, policy, schedule):
     ("chain:4+suffix:3,4", "chain:4+suffix:3,4;none", {1: 4, 8: 0}, "floored to 1 for SA-enhanced drafts"),
 ])
 def test_policies_trtllm_cannot_express_are_refused(tree, policy, naive, message):
-    cfg = resolve(tree, "llmapi")
+    cfg = resolve(tree, "llmapi", RELEASE)
     if naive is not None and "floored" not in message:  # what a plain translation would write: TensorRT-LLM refuses
-        assert trtllm_problems(llmapi.tree_fields(cfg) | {"draft_len_schedule": naive})
+        assert trtllm_problems(llmapi.tree_fields(cfg, R) | {"draft_len_schedule": naive})
     with pytest.raises(EagleTrtError, match=message) as err:
-        llmapi.draft_len_schedule(LoadPolicy.parse(policy), cfg, MAX_BATCH)
+        llmapi.draft_len_schedule(LoadPolicy.parse(policy), cfg, MAX_BATCH, R)
     assert err.value.hint
 
 
 def test_yaml_carries_sa_config_and_schedule(tiny_base, eagle3_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:4+suffix:3,4")
+    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:4+suffix:3,4",
+                            backend_version=RELEASE)
     assert spec.max_batch_size == MAX_BATCH
     policy = "chain:4+suffix:3,4;chain:4+suffix:3,4;chain:2+suffix:3,2;chain:1+suffix:3,1"
     path = llmapi.write_llmapi_config(spec, tmp_path / "1" / "model.yaml", load_policy=policy)
     for data in (yaml.safe_load(path.read_text()), yaml.safe_load((path.parent / llmapi.SERVE_YAML).read_text())):
         sc = data["speculative_config"]
         assert sc["sa_config"] == {"threshold": 3, "enable_global_pool": False}
-        assert sc["draft_len_schedule"] == {2: 4, 3: 2, 8: 1}  # int keys through YAML
+        assert sc["draft_len_schedule"] == {1: 4, 2: 4, 3: 2, 8: 1}  # int keys through YAML
         assert trtllm_problems(sc) == []
     assert "draft_len_schedule" not in llmapi.speculative_config(spec)  # auto: TensorRT-LLM's fixed length
     base = llmapi.model_yaml(spec, speculative=False, load_policy=policy)
@@ -185,7 +190,7 @@ def test_yaml_carries_sa_config_and_schedule(tiny_base, eagle3_draft, tmp_path):
 
 def test_build_writes_them_or_stops_before_any_work(tiny_base, eagle3_draft, tmp_path):
     common = ["build", "--base", str(tiny_base), "--draft", str(eagle3_draft), "--engine", "llmapi",
-              "--tree", "chain:3+suffix:2,3", "--dry-run"]
+              "--backend-version", RELEASE, "--tree", "chain:3+suffix:2,3", "--dry-run"]
     out = tmp_path / "bundle"
     res = CliRunner().invoke(main, common + ["-o", str(out), "--load-policy",
                                              "chain:3+suffix:2,3;chain:1+suffix:2,1"])
@@ -197,3 +202,11 @@ def test_build_writes_them_or_stops_before_any_work(tiny_base, eagle3_draft, tmp
     res = CliRunner().invoke(main, common + ["-o", str(refused), "--load-policy", "chain:3+suffix:2,3;none"])
     assert res.exit_code != 0 and "floored to 1 for SA-enhanced drafts" in res.output
     assert not refused.exists()
+
+
+def test_suffix_needs_a_release_with_sa_config(tiny_base, eagle3_draft):
+    """1.2's Eagle3DecodingConfig has no sa_config (it arrived in 1.3): refused there, pointing at 1.3."""
+    with pytest.raises(EagleTrtError, match="sa_config arrived in 1.3") as err:
+        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:3+suffix:2,3", backend_version="1.2")
+    assert "--backend-version 1.3" in err.value.hint
+    assert "sa_config" not in llmapi_release("1.2").fields

@@ -291,9 +291,11 @@ UPSTREAM_LLMAPI_INPUTS = {
     "sampling_param_stop": "TYPE_STRING", "sampling_param_seed": "TYPE_UINT64",
     "sampling_param_exclude_input_from_output": "TYPE_BOOL", "sampling_param_return_perf_metrics": "TYPE_BOOL",
     "return_finish_reason": "TYPE_BOOL"}
-UPSTREAM_LLMAPI_OUTPUTS = {"text_output": "TYPE_STRING", "finish_reason": "TYPE_STRING", "acceptance_rate": "TYPE_FP32",
-                           "total_accepted_draft_tokens": "TYPE_INT32", "total_draft_tokens": "TYPE_INT32",
-                           "arrival_time_ns": "TYPE_INT64"}
+# the upstream config.pbtxt declares the perf metrics as FP32 / INT32 / INT64, but its model.py builds each with
+# text_output's dtype (np.object_: BYTES) in every release read (eagle_trt.llmapi_release): we declare what it sends
+UPSTREAM_LLMAPI_OUTPUTS = {"text_output": "TYPE_STRING", "finish_reason": "TYPE_STRING",
+                           "acceptance_rate": "TYPE_STRING", "total_accepted_draft_tokens": "TYPE_STRING",
+                           "total_draft_tokens": "TYPE_STRING", "arrival_time_ns": "TYPE_STRING"}
 
 
 def test_llmapi_models_speak_the_upstream_contract(tmp_path):
@@ -318,6 +320,12 @@ def test_llmapi_models_speak_the_upstream_contract(tmp_path):
     counting = ensemble.ensemble_scheduling.step[1]  # the acceptance outputs reach the client through the step
     assert counting.model_name == "eagle_acceptance" and set(counting.input_map) == set(step.output_map) - {"text_output"}
     assert set(counting.output_map.values()) == {"acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens"}
+    step_config = C.parse((repo / "eagle_acceptance" / "config.pbtxt").read_text())
+    assert {t.name: DataType.Name(t.data_type) for t in step_config.input} == {  # what the engine sends: BYTES
+        n: "TYPE_STRING" for n in ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens",
+                                   "arrival_time_ns")}
+    assert {t.name: DataType.Name(t.data_type) for t in step_config.output} == {  # numbers to the client
+        "acceptance_rate": "TYPE_FP32", "total_accepted_draft_tokens": "TYPE_INT32", "total_draft_tokens": "TYPE_INT32"}
 
 
 def test_engine_threads_share_the_cores(monkeypatch):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.server
 
 STEPS = sorted(ACCEPTANCE_STEPS.values())  # base_acceptance, eagle_acceptance
 LLMAPI_PREFIX = "llmapi_"  # the llmapi bundle's steps, renamed to share one server with the trtllm ones
-NUMPY_TO_JSON = {"TYPE_FP32": "FP32", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64"}
+NUMPY_TO_JSON = {"TYPE_FP32": "FP32", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64", "TYPE_STRING": "BYTES"}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,8 @@ def config_inputs(server, model: str) -> dict:
 def engine_response(server, model: str, **values) -> dict:
     """Send one engine response's tensors (those given) to `model`; its outputs by name."""
     types = config_inputs(server, model)
-    inputs = [{"name": name, "datatype": types[name][0], "shape": types[name][1], "data": [value]}
+    inputs = [{"name": name, "datatype": types[name][0], "shape": types[name][1],
+               "data": [str(value) if types[name][0] == "BYTES" else value]}  # the LLM-API model's form: text
               for name, value in values.items()]
     request = urllib.request.Request(f"{server.http_url}/v2/models/{model}/infer",
                                      data=json.dumps({"inputs": inputs}).encode(),
@@ -98,11 +99,15 @@ def delta(before, after, spec, model: str) -> float:
 
 @pytest.mark.parametrize("engine, prefix", (("trtllm", ""), ("llmapi", LLMAPI_PREFIX)))
 def test_scraped_counters_equal_the_final_totals_of_the_counted_requests(server, engine, prefix):
+    """trtllm's engine sends numbers, the LLM-API model BYTES holding them: both are counted, and both come back as
+    the numbers the ensemble declares."""
     tokens = engine == "trtllm"
+    expected_form = "INT32" if engine == "trtllm" else "BYTES"
+    assert config_inputs(server, prefix + ACCEPTANCE_STEPS["eagle_model"])["total_draft_tokens"][0] == expected_form
     before = scrape(server)
     eagle = prefix + ACCEPTANCE_STEPS["eagle_model"]
     answers = send(server, eagle, STREAMED + NOT_STREAMED, tokens=tokens)
-    assert [a["total_draft_tokens"] for a in answers] == [0, 5, 10, 15]  # passed through unchanged
+    assert [a["total_draft_tokens"] for a in answers] == [0, 5, 10, 15]  # passed through, as numbers
     assert answers[1]["acceptance_rate"] == pytest.approx(0.6)
     send(server, prefix + ACCEPTANCE_STEPS["base_model"], [(1_700_000_000_000_000_003, 0, 0, 7)], tokens=tokens)
     if tokens:  # no perf metrics asked: nothing to key the request by, so it is not counted and nothing comes back

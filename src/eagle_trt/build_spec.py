@@ -18,6 +18,8 @@ from pathlib import Path
 from eagle_trt import __version__
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import llmapi_release
+from eagle_trt.quantization import Quantization
 from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree import MAX_DRAFT_TOKENS, Tree, TreeConfig, resolve
 
@@ -93,6 +95,7 @@ class BuildSpec:
     # llmapi/vllm: the base with both RoPE layouts in its config.json (build/served_base.py), and why; None: base.path
     served_base: str | None = None
     served_base_reason: str | None = None
+    llmapi_version: str | None = None  # llmapi: the TensorRT-LLM release line it targets (eagle_trt.llmapi_release)
     eagle_trt_version: str = __version__
 
     # ---- creation -----------------------------------------------------------------------------------------------
@@ -112,18 +115,24 @@ class BuildSpec:
                    backend_version: str | None = None, draft_vocab: int | None = None,
                    tree_tuning: dict | None = None) -> BuildSpec:
         """Resolve the tree for the engine (None: its default), fill defaults from the tree and the base, and
-        validate everything (`validate`). The max_draft_len group applies to engine trtllm only."""
+        validate everything (`validate`). The max_draft_len group applies to engine trtllm only; `backend_version`
+        to trtllm (the tensorrtllm backend release, eagle_trt.backend) and llmapi (the TensorRT-LLM release line,
+        eagle_trt.llmapi_release)."""
         if engine not in ENGINES:
             raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
+        if backend_version is not None and engine not in ("trtllm", "llmapi"):
+            raise EagleTrtError(f"--backend-version names the TensorRT-LLM release of a trtllm or llmapi bundle, not "
+                                f"of engine {engine}", "drop --backend-version")
+        llmapi_version = llmapi_release(backend_version).version if engine == "llmapi" else None
         try:
-            tree = resolve(tree, engine)
+            tree = resolve(tree, engine, llmapi_version)
         except EagleTrtError as exc:
             raise EagleTrtError(f"invalid build settings: tree: {exc.message}", exc.hint) from None
-        trtllm_only = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer, backend_version)
+        trtllm_only = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)
         if engine != "trtllm" and any(v is not None for v in trtllm_only):
-            raise EagleTrtError(f"max_draft_len, num_eagle_layers, max_non_leaves_per_layer and backend_version "
-                                f"describe TensorRT-LLM engines and their backend; engine {engine} takes its sizes "
-                                f"from the tree ({tree.label()})", "drop them, or build with --engine trtllm")
+            raise EagleTrtError(f"max_draft_len, num_eagle_layers and max_non_leaves_per_layer describe TensorRT-LLM "
+                                f"engines; engine {engine} takes its sizes from the tree ({tree.label()})",
+                                "drop them, or build with --engine trtllm")
         if dtype == "auto":
             dtype = auto_dtype(base.torch_dtype, engine, device)
         if max_seq_len is None:  # None means "from the base"; 0 or less is refused by validate(), never defaulted
@@ -134,7 +143,8 @@ class BuildSpec:
             base=base, draft=draft, engine=engine, tree=tree, dtype=dtype,
             tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
             max_num_tokens=8192 if max_num_tokens is None else max_num_tokens,
-            trtllm=TrtllmSettings.of(tree, *trtllm_only) if engine == "trtllm" else None,
+            trtllm=TrtllmSettings.of(tree, *trtllm_only, backend_version) if engine == "trtllm" else None,
+            llmapi_version=llmapi_version,
             device=device, chat_template=chat_template, draft_vocab=draft_vocab,
             tree_tuning=tree_tuning,
         )
@@ -144,7 +154,7 @@ class BuildSpec:
     def validate(self) -> None:
         """The one validation path of a bundle: the base and draft fit together for this engine
         (`spec.check_compatibility`) and every option and cross-value rule holds. Raises one EagleTrtError."""
-        require_compatible(self.base, self.draft, self.engine)
+        require_compatible(self.base, self.draft, self.engine, self.llmapi_version)
         problems: list[str] = []
         if self.engine not in ENGINES:
             problems.append(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
@@ -182,9 +192,12 @@ class BuildSpec:
         if self.draft_vocab is not None and (not isinstance(self.draft_vocab, int) or self.draft_vocab < 0):
             problems.append(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
         try:
-            resolve(self.tree, self.engine)
+            resolve(self.tree, self.engine, self.llmapi_version)
         except EagleTrtError as exc:
             problems.append(f"tree: {exc.message}")
+        if (self.engine == "llmapi") != (self.llmapi_version is not None):
+            problems.append(f"engine {self.engine} {'needs' if self.engine == 'llmapi' else 'takes no'} "
+                            "TensorRT-LLM release line (llmapi_version)")
         if (self.engine == "trtllm") != (self.trtllm is not None):
             problems.append(f"engine {self.engine} {'needs' if self.engine == 'trtllm' else 'takes no'} TensorRT-LLM "
                             "engine sizes (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)")
@@ -278,7 +291,8 @@ def _spec_to_dict(spec: ModelSpec | DraftSpec) -> dict:
     out = {}
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)
-        out[f.name] = str(value) if isinstance(value, Path) else value
+        out[f.name] = str(value) if isinstance(value, Path) else value.to_dict() if isinstance(
+            value, Quantization) else value
     return out
 
 
@@ -291,6 +305,8 @@ def _spec_from_dict(cls, data: dict):
                                 "the bundle was written by another eagle-trt version; rebuild it")
         if key == "path" and value is not None:
             value = Path(value)
+        elif key == "quantization" and value is not None:
+            value = Quantization.from_dict(value)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[key] = value

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.families import FAMILY_BY_TYPE, read_architecture, read_rope, require_int
+from eagle_trt.llmapi_release import llmapi_release
 
 
 @dataclass(frozen=True)
@@ -202,10 +203,11 @@ def _layer_math(layout: Layout, layer_cfg: dict, cfg: dict, cfg_file: Path, max_
     return dict(qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm=False)  # SafeAILab-3/SpecForge/AngelSlim
 
 
-def engine_draft_problems(draft, engine: str | None) -> list[str]:
+def engine_draft_problems(draft, engine: str | None, backend_version: str | None = None) -> list[str]:
     """Each switch of this draft that `engine`'s own draft model does not compute (read at TensorRT-LLM's
     `_torch/models/modeling_speculative.py` and its engine path's Llama EagleNet, and vLLM's `llama_eagle.py` /
-    `llama_eagle3.py`). Our pytorch engine computes them all."""
+    `llama_eagle3.py`); for llmapi, in the TensorRT-LLM release line `backend_version`. Our pytorch engine computes
+    them all."""
     if engine in (None, "pytorch"):
         return []
     missing = []
@@ -218,6 +220,12 @@ def engine_draft_problems(draft, engine: str | None) -> list[str]:
         missing.append("norm_before_residual (TensorRT-LLM takes the layer's residual before hidden_norm)")
     if draft.input_norm and engine == "llmapi":
         missing.append("norm_before_fc (an RMSNorm over the captured states before fc)")
+    if engine == "llmapi" and (draft.fc_norm or draft.norm_output):
+        release = llmapi_release(backend_version)
+        if not release.draft_norms:
+            switches = " / ".join(k for k in ("fc_norm", "norm_output") if getattr(draft, k))
+            missing.append(f"{switches} (EAGLE 3.1 norms, read from the draft's config from TensorRT-LLM 1.4 on, "
+                           f"PR #14988; this bundle targets {release.version}: pass --backend-version 1.4)")
     return [f"the {engine} engine's draft model has no {what}, which this {draft.layout_label} draft uses"
             for what in missing]
 

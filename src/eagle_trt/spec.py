@@ -26,6 +26,9 @@ from eagle_trt.draft_layouts import LAYOUTS, engine_draft_problems, read_draft, 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, family_of, read_architecture, require_int
 from eagle_trt.hub import hub_source, resolve_checkpoint
+from eagle_trt.llmapi_release import LLMAPI_RELEASES
+from eagle_trt.quantization import HF_QUANT_CONFIG, Quantization, quantization_refusal, read_quantization
+from eagle_trt.quantization.config import gguf_quantization
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
 
@@ -139,6 +142,7 @@ class ModelSpec(LayerDims):
     sliding_window: int | None = None
     sliding_layers: tuple[int, ...] = ()
     hub_source: str | None = None  # "org/name@commit" when read from the Hugging Face cache (eagle_trt.hub)
+    quantization: Quantization | None = None  # how the weights are stored (eagle_trt.quantization); None: plainly
 
     @classmethod
     def from_dir(cls, path: str | Path) -> ModelSpec:
@@ -152,6 +156,7 @@ class ModelSpec(LayerDims):
             raise EagleTrtError(f"{path} is an EAGLE draft, not a base model (it has fc.weight)",
                                 "pass the draft with --draft and the full Hugging Face model with --base")
         family = family_of(cfg, cfg_file)
+        quantization = gguf_quantization(files[0]) if fmt == "gguf" else read_quantization(path, cfg)
         arch = (cfg.get("architectures") or [family.architectures[0]])[0]
         hidden = require_int(cfg, "hidden_size", cfg_file)
         heads = require_int(cfg, "num_attention_heads", cfg_file)
@@ -184,7 +189,7 @@ class ModelSpec(LayerDims):
             eos_token_ids=eos_ids, has_tokenizer=has_tok, has_chat_template=has_template, weight_format=fmt,
             family=family.name, qkv_bias=shape.qkv_bias, o_bias=shape.o_bias, mlp_bias=shape.mlp_bias,
             qk_norm=shape.qk_norm, sliding_window=shape.sliding_window, sliding_layers=shape.sliding_layers,
-            hub_source=hub_source(path),
+            hub_source=hub_source(path), quantization=quantization,
         )
 
     @property
@@ -238,6 +243,11 @@ class DraftSpec(LayerDims):
         """`path`: a checkpoint directory or a hub id (org/name[@revision], eagle_trt.hub)."""
         path = resolve_checkpoint(path, "draft")
         cfg = read_config(path, "draft")
+        if cfg.get("quantization_config") is not None or (path / HF_QUANT_CONFIG).exists():
+            method = (cfg.get("quantization_config") or {}).get("quant_method", "Model-Optimizer")
+            raise EagleTrtError(f"{path}: the draft is quantized ({method}); eagle-trt runs EAGLE drafts unquantized",
+                                "pass the BF16/FP16 draft: published pairings quantize the base only (NVIDIA's FP8 "
+                                "and NVFP4 bases ship with BF16 EAGLE-3 drafts)")
         with open_weights(path) as reader:
             fields_ = read_draft(path, cfg, reader)
         return cls(path=path.resolve(), hub_source=hub_source(path), **fields_)
@@ -262,9 +272,11 @@ class Problem:
     hint: str
 
 
-def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> list[Problem]:
-    """Every reason the pair cannot be served (by `engine`, when given); empty when they fit. The hint of an
-    engine's refusal names only the engines that run this pair."""
+def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None,
+                        backend_version: str | None = None) -> list[Problem]:
+    """Every reason the pair cannot be served (by `engine`, when given; an llmapi bundle for the TensorRT-LLM release
+    line `backend_version`); empty when they fit. The hint of an engine's refusal names only the routes that run
+    this pair."""
     problems: list[Problem] = []
     if draft is not None:
         if draft.format == "eagle1":
@@ -279,31 +291,51 @@ def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | 
         if draft.vocab_size != base.vocab_size:
             problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
                                     "the draft must share the base's tokenizer; pass the draft trained for this base"))
-    refusals = engine_refusals(base, draft, engine) if engine is not None else []
+    refusals = engine_refusals(base, draft, engine, backend_version) if engine is not None else []
     if refusals:
-        routes = [e for e in ENGINES if not engine_refusals(base, draft, e)]
-        hint = ("this pair runs with " + " or ".join(f"--engine {e}" for e in routes)) if routes else \
-            "no engine runs this pair"
+        what = "pair" if draft is not None else "base"
+        routes = running_routes(base, draft)
+        hint = f"this {what} runs with " + " or ".join(routes) if routes else f"no engine runs this {what}"
         if draft is not None and draft.format == "eagle1" and engine == "llmapi":
             hint += "; or train an EAGLE-3 draft for this base (eagle-trt train-draft --format eagle3)"
         problems += [Problem(message, hint) for message in refusals]
     return problems
 
 
-def engine_refusals(base: ModelSpec, draft: DraftSpec | None, engine: str) -> list[str]:
-    """Why `engine` does not run this base (its family) with this draft (its format and math)."""
+def running_routes(base: ModelSpec, draft: DraftSpec | None) -> list[str]:
+    """The --engine (and, for llmapi, --backend-version) choices that run this pair: the first llmapi release line
+    that runs it, the others by engine."""
+    routes = []
+    for engine in ENGINES:
+        if engine != "llmapi":
+            if not engine_refusals(base, draft, engine):
+                routes.append(f"--engine {engine}")
+            continue
+        for release in LLMAPI_RELEASES.values():
+            if not engine_refusals(base, draft, engine, release.version):
+                routes.append(f"--engine llmapi --backend-version {release.version}")
+                break
+    return routes
+
+
+def engine_refusals(base: ModelSpec, draft: DraftSpec | None, engine: str,
+                    backend_version: str | None = None) -> list[str]:
+    """Why `engine` does not run this base (its family, its quantization) with this draft (its format and math)."""
     family = FAMILY_BY_TYPE[base.family]
     out = []
     refusal = family.refusal(engine)
     if refusal:
         out.append(f"the {engine} engine does not run {family.label} bases ({base.architecture}): {refusal}")
+    refusal = quantization_refusal(base.quantization, engine, backend_version)
+    if refusal:
+        out.append(f"the {engine} engine does not run {base.quantization.label}: {refusal}")
     if draft is None:
         return out
     if engine == "trtllm" and draft.format == "eagle3":
         out.append("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path (EAGLE-1/2 only)")
     if engine == "llmapi" and draft.format == "eagle1":
         out.append("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only")
-    return out + engine_draft_problems(draft, engine)
+    return out + engine_draft_problems(draft, engine, backend_version)
 
 
 def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
@@ -324,11 +356,14 @@ def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
     return problems
 
 
-def require_compatible(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None) -> None:
+def require_compatible(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None,
+                       backend_version: str | None = None) -> None:
     """`check_compatibility` as one EagleTrtError listing every problem (BuildSpec.validate and the runtime)."""
-    problems = check_compatibility(base, draft, engine)
+    problems = check_compatibility(base, draft, engine, backend_version)
     if problems:
         where = f" (base {base.path}, draft {draft.path})" if draft is not None else f" (base {base.path})"
-        raise EagleTrtError("the base and draft do not fit together" + where + ": "
-                            + "; ".join(p.message for p in problems),
+        what = "the base and draft do not fit together" if draft is not None else "the base cannot be served"
+        if engine is not None and all(p.message.startswith(f"the {engine} engine") for p in problems):
+            what = f"--engine {engine} cannot run this {'pair' if draft is not None else 'base'}"
+        raise EagleTrtError(what + where + ": " + "; ".join(p.message for p in problems),
                             "; ".join(dict.fromkeys(p.hint for p in problems)))

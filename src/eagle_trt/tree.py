@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
 
 DEFAULT_RUNTIME_TREE = "dynamic:5,8,48"  # the pytorch engine's tree when none is given (EAGLE-2's shape)
 
@@ -225,14 +226,24 @@ def pack_mask(mask: np.ndarray) -> np.ndarray:
     return packed.view("<u4").astype(np.uint32).view(np.int32)  # [rows, words]
 
 
-def validate_for_llmapi(cfg: TreeConfig) -> None:
-    """Eagle3DecodingConfig's rules (NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @ 00043967, docs/
-    trtllm_formats.md §6, §6a). A dynamic tree (validate_eagle_config): max_draft_len <= max_total_draft_tokens <=
-    dynamic_tree_max_topK * max_draft_len, where its max_draft_len (drafter layers = tree levels) is our DEPTH + 1.
-    Suffix candidates (`sa_config`, an SAEnhancerConfig): its threshold is our MIN_MATCH, but it has no token count:
-    the enhancer overwrites the whole linear draft (max_draft_len tokens) when the match is long enough
-    (_torch/speculative/sa_enhancer.py), and the dynamic-tree worker gets no suffix automaton at all
-    (_torch/speculative/utils.py) - so only chain:N+suffix:M,N means on the LLM API what it means here."""
+def validate_for_llmapi(cfg: TreeConfig, release: LlmapiRelease) -> None:
+    """Eagle3DecodingConfig's rules in TensorRT-LLM release line `release` (tensorrt_llm/llmapi/llm_args.py @
+    00043967, docs/trtllm_formats.md §6, §6a). A static tree needs `eagle_choices` (gone from 1.4). A dynamic tree
+    (validate_eagle_config): max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len, where
+    its max_draft_len (drafter layers = tree levels) is our DEPTH + 1. Suffix candidates (`sa_config`, an
+    SAEnhancerConfig, from 1.3): its threshold is our MIN_MATCH, but it has no token count: the enhancer overwrites the
+    whole linear draft (max_draft_len tokens) when the match is long enough (_torch/speculative/sa_enhancer.py), and
+    the dynamic-tree worker gets no suffix automaton at all (_torch/speculative/utils.py) - so only
+    chain:N+suffix:M,N means on the LLM API what it means here."""
+    if cfg.kind == "static" and not release.static_trees:
+        tree = cfg.tree
+        width = max(len(c) for c in tree.children)
+        nearest = f"dynamic:{tree.depth - 1},{width},{min(tree.num_nodes, width * tree.depth)}" \
+            if tree.depth > 1 else f"chain:{tree.depth}"
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM {release.version} has no static trees "
+                            "(Eagle3DecodingConfig.eagle_choices was removed in 1.4)",
+                            f"pass the nearest tree it runs, --tree {nearest} (the same depth, width and node count, "
+                            f"chosen per step) or chain:{tree.depth}; or --backend-version 1.3 for this static tree")
     levels = cfg.depth + 1 if cfg.kind == "dynamic" else 0
     if cfg.kind == "dynamic" and not levels <= cfg.total_tokens <= cfg.top_k * levels:
         raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH+1 <= TOKENS <= TOPK x (DEPTH+1), got "
@@ -240,6 +251,10 @@ def validate_for_llmapi(cfg: TreeConfig) -> None:
                             f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * levels} or a chain:N")
     if cfg.suffix is None:
         return
+    if not release.suffix:
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM {release.version} has no suffix automaton "
+                            "(Eagle3DecodingConfig.sa_config arrived in 1.3)",
+                            f"pass --backend-version 1.3 or newer, or drop {SUFFIX_MARK} from --tree")
     if cfg.kind != "chain":
         raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM's suffix automaton (sa_config) overwrites a linear "
                             f"draft of max_draft_len tokens; its dynamic-tree worker has no suffix automaton and a "
@@ -334,14 +349,15 @@ DEFAULT_TREES = {"pytorch": DEFAULT_RUNTIME_TREE, "trtllm": "static:mc_sim_7b_63
 AUTO = "auto"  # a --tree value that asks for tuning (eagle_trt.tuning.calibrate), never resolved here
 
 
-def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConfig:
+def resolve(value: str | TreeConfig | None, engine: str = "pytorch", backend_version: str | None = None) -> TreeConfig:
     """The one reading of a --tree value, for the engine kind that will draft with it. Values: ``chain:N``;
     ``dynamic:DEPTH,TOPK,TOKENS`` (EAGLE-2: the root's TOPK children, then DEPTH expansions of the TOPK best
     frontier nodes by TOPK children each, keep the TOKENS best draft nodes: up to DEPTH+1 levels; EAGLE's
     depth=DEPTH, top_k=TOPK, total_token=TOKENS+1); ``static:X`` or plain ``X`` with X a named tree, inline JSON
     choices or a JSON file (read now: the result holds its choices, so it means the same from any directory);
     None: the engine's default (DEFAULT_TREES). The engine's own rules are checked here: TensorRT-LLM's engine
-    takes static trees, vLLM chains, the LLM API dynamic trees within its bounds."""
+    takes static trees, vLLM chains, the LLM API (release line `backend_version`) dynamic trees within its bounds and
+    static trees up to 1.3."""
     if value is None:
         value = DEFAULT_TREES.get(engine, DEFAULT_RUNTIME_TREE)
     cfg = value if isinstance(value, TreeConfig) else _parse(str(value))
@@ -356,7 +372,7 @@ def resolve(value: str | TreeConfig | None, engine: str = "pytorch") -> TreeConf
         raise EagleTrtError(f"vLLM drafts chains only (its tree attention was removed), got --tree {cfg.label()}: "
                             "pass chain:N", "pass --tree chain:N, e.g. chain:3")
     if engine == "llmapi":
-        validate_for_llmapi(cfg)
+        validate_for_llmapi(cfg, llmapi_release(backend_version))
     return cfg
 
 

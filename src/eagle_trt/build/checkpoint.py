@@ -25,7 +25,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.fsutil import atomic_directory
-from eagle_trt.runtime.loading import torch_dtype
+from eagle_trt.runtime.loading import FLOAT_DTYPES, torch_dtype
 
 
 def _rotary_scaling(rope_scaling: dict | None) -> dict | None:
@@ -144,9 +144,10 @@ def convert(spec: BuildSpec, out_dir: str | Path, *, speculative: bool = True, f
         if draft is not None:
             readers["draft"] = stack.enter_context(open_weights(draft.path))
             heads["draft:"] = Heads(draft.num_attention_heads, draft.num_key_value_heads, draft.head_dim)
+        plans = tensor_plans(spec, speculative, set(readers["base"].names()))
+        _require_float_sources(plans, readers)
         cfg = checkpoint_config(spec, speculative)
         (tmp / "config.json").write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        plans = tensor_plans(spec, speculative, set(readers["base"].names()))
         total, done = len(plans) * tp, 0
         for rank in range(tp):
             writer = StreamingSafetensorsWriter(tmp / f"rank{rank}.safetensors",
@@ -162,6 +163,19 @@ def convert(spec: BuildSpec, out_dir: str | Path, *, speculative: bool = True, f
                     progress(done, total, plan.trt_name)
             writer.close()
     return out
+
+
+def _require_float_sources(plans: list[TensorPlan], readers: dict) -> None:
+    """Every tensor the checkpoint copies is a float weight: a quantized value (float8, packed integers) copied as a
+    weight would build another model (BuildSpec.validate refuses quantized bases for trtllm; this is the last word)."""
+    for source in dict.fromkeys(s for p in plans for s in p.sources):
+        which, name = source.split(":", 1)
+        dtype = readers[which].dtype(name)
+        if dtype not in FLOAT_DTYPES:
+            raise EagleTrtError(f"{which} tensor {name!r} is stored as {dtype}: a TensorRT-LLM checkpoint takes "
+                                "float weights, and copying quantized values as weights would build another model",
+                                "quantized bases run on --engine pytorch, llmapi or vllm (eagle-trt inspect says "
+                                "which)")
 
 
 def _read(readers: dict, source: str) -> torch.Tensor:

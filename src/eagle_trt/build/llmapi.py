@@ -3,13 +3,16 @@ route after 1.2 (docs/trtllm_formats.md §6, §7). We write its configuration as
 model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/tensorrt_llm/1/model.py) and for
 `trtllm-serve --extra_llm_api_options` (`llm_api_options.yaml`).
 
-`speculative_config` follows `Eagle3DecodingConfig` (tensorrt_llm/llmapi/llm_args.py @ 00043967):
+`speculative_config` follows `Eagle3DecodingConfig` of the bundle's release line (`--backend-version` 1.2 / 1.3 / 1.4,
+eagle_trt.llmapi_release: only that release's fields are written, checked before anything is written):
   chain:N          -> max_draft_len: N
-  static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth
+  static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth   (1.2, 1.3; 1.4 has no
+                      static trees: refused with the nearest dynamic tree, tree.validate_for_llmapi)
   dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D+1, max_total_draft_tokens: T
-  chain:N+suffix:M,N -> also sa_config: {threshold: M, enable_global_pool: false}   (SAEnhancerConfig)
-  --load-policy P  -> draft_len_schedule: {last batch size of each run: its chain length (none: 0)}
+  chain:N+suffix:M,N -> also sa_config: {threshold: M, enable_global_pool: false}   (SAEnhancerConfig, from 1.3)
+  --load-policy P  -> draft_len_schedule: {1 and the last batch size of each run: its chain length (none: 0)}
                       (auto: not written - AUTO_TAIL was measured for the pytorch engine, not for TensorRT-LLM)
+Never written: eagle3_one_model and num_eagle_layers (gone in 1.3 / 1.4; TensorRT-LLM derives them).
 (Suffix candidates: TensorRT-LLM's SA overwrites the whole linear draft instead of adding a branch beside it, and
 proposes max_draft_len tokens, so only chain:N+suffix:M,N maps (tree.validate_for_llmapi). A load policy maps when
 it starts with the bundle's tree and every entry is a chain or `none` with the same suffix threshold; `none` with
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
 from eagle_trt.load_policy import LoadPolicy
 from eagle_trt.tree import AUTO, SUFFIX_MARK, TreeConfig, validate_for_llmapi
 
@@ -57,9 +61,9 @@ def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -
     return outputs
 
 
-def tree_fields(cfg: TreeConfig) -> dict:
-    """Our --tree value as Eagle3DecodingConfig fields (the module docstring has the table)."""
-    validate_for_llmapi(cfg)
+def tree_fields(cfg: TreeConfig, release: LlmapiRelease) -> dict:
+    """Our --tree value as Eagle3DecodingConfig fields of `release` (the module docstring has the table)."""
+    validate_for_llmapi(cfg, release)
     sa = {} if cfg.suffix is None else {"sa_config": {"threshold": cfg.suffix.min_match, "enable_global_pool": False}}
     if cfg.kind == "chain":
         return {"max_draft_len": cfg.tree.num_nodes} | sa
@@ -69,7 +73,7 @@ def tree_fields(cfg: TreeConfig) -> dict:
             "max_total_draft_tokens": cfg.total_tokens}
 
 
-def _scheduled_draft_len(entry: TreeConfig | None, tree: TreeConfig, batch: int) -> int:
+def _scheduled_draft_len(entry: TreeConfig | None, tree: TreeConfig, batch: int, release: LlmapiRelease) -> int:
     """The draft length TensorRT-LLM can give a policy entry of a bundle drafting `tree` (a chain)."""
     where = f"load policy at batch size {batch}"
     if entry is None:
@@ -88,7 +92,7 @@ def _scheduled_draft_len(entry: TreeConfig | None, tree: TreeConfig, batch: int)
         raise EagleTrtError(f"{where}: {entry.label()} has other suffix candidates than the bundle's {tree.label()}; "
                             "TensorRT-LLM has one sa_config for every batch size",
                             "give every chain entry the suffix threshold of --tree")
-    validate_for_llmapi(entry)  # a chain with suffix candidates proposes its own length
+    validate_for_llmapi(entry, release)  # a chain with suffix candidates proposes its own length
     if entry.tree.num_nodes > tree.tree.num_nodes:
         raise EagleTrtError(f"{where}: {entry.label()} is longer than the bundle's {tree.label()}; "
                             "draft_len_schedule values must be <= max_draft_len",
@@ -96,7 +100,8 @@ def _scheduled_draft_len(entry: TreeConfig | None, tree: TreeConfig, batch: int)
     return entry.tree.num_nodes
 
 
-def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int) -> dict[int, int] | None:
+def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int,
+                       release: LlmapiRelease) -> dict[int, int] | None:
     """DecodingBaseConfig.draft_len_schedule for a load policy: {the largest batch size of each run of equal draft
     lengths: that length}, the last run ending at max_batch_size (TensorRT-LLM applies a key's value to batch sizes up
     to it and drafts 0 above the largest; ours holds the last entry for every larger batch). None when the policy
@@ -113,8 +118,8 @@ def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int
         raise EagleTrtError(f"load policy {policy.to_arg()!r}: TensorRT-LLM's draft_len_schedule only shortens a "
                             f"linear draft, and the bundle drafts the {tree.kind} tree {tree.label()}",
                             "build with --tree chain:N, or keep this policy on --engine pytorch")
-    lengths = [_scheduled_draft_len(entry, tree, batch) for batch, entry in enumerate(entries, start=1)]
-    schedule = {}
+    lengths = [_scheduled_draft_len(entry, tree, batch, release) for batch, entry in enumerate(entries, start=1)]
+    schedule = {1: lengths[0]}  # key 1 = max_draft_len: the December 2025 validator (1.2) requires it, later ones allow it
     for batch, length in enumerate(lengths, start=1):
         if batch == len(lengths) or lengths[batch] != length:  # the run of `length` ends at `batch`
             schedule[batch] = length
@@ -122,16 +127,23 @@ def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int
 
 
 def speculative_config(spec: BuildSpec, load_policy: str = AUTO) -> dict:
-    """Eagle3DecodingConfig for the bundle's tree and its load policy (`auto`: no draft_len_schedule)."""
-    config = {"decoding_type": "Eagle3"} | tree_fields(spec.tree)
+    """Eagle3DecodingConfig for the bundle's tree and its load policy (`auto`: no draft_len_schedule), with only the
+    fields the bundle's TensorRT-LLM release has (it rejects any other: "Extra inputs are not permitted")."""
+    release = llmapi_release(spec.llmapi_version)
+    config = {"decoding_type": "Eagle3"} | tree_fields(spec.tree, release)
     if load_policy != AUTO:
-        schedule = draft_len_schedule(LoadPolicy.parse(load_policy), spec.tree, spec.max_batch_size)
+        schedule = draft_len_schedule(LoadPolicy.parse(load_policy), spec.tree, spec.max_batch_size, release)
         if schedule is not None:
             config["draft_len_schedule"] = schedule
     config["speculative_model"] = str(spec.engine_draft_path)
     capture = layers_to_capture(spec.draft.capture_layers, spec.base.num_hidden_layers)
     if capture is not None:
         config["eagle3_layers_to_capture"] = capture
+    unknown = sorted(set(config) - release.fields)
+    if unknown:  # a field this release does not have would stop the server at load
+        raise EagleTrtError(f"TensorRT-LLM {release.version}'s Eagle3DecodingConfig has no {', '.join(unknown)}",
+                            "report this: eagle-trt wrote a field outside that release's set "
+                            f"({release.source})")
     return config
 
 

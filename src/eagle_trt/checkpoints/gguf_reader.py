@@ -64,6 +64,11 @@ def gguf_config(path: Path) -> dict:
     }
 
 
+def gguf_block_types(path: Path) -> list[str]:
+    """The quantized tensor types a GGUF file stores (Q4_1, Q8_0, ...; float tensors left out), sorted."""
+    return sorted({t.tensor_type.name for t in _reader(path).tensors} - {"F32", "F16", "BF16", "F64"})
+
+
 class GGUFWeightReader(WeightReader):
     def __init__(self, path: Path, file: Path):
         super().__init__(path, "gguf")

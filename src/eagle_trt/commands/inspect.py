@@ -15,7 +15,8 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.spec import ENGINES
 
 
-def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> dict:
+def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None,
+                 backend_version: str | None = None) -> dict:
     from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
     from eagle_trt.runtime.loading import shape_problems
     from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
@@ -27,7 +28,8 @@ def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> 
     engines = [engine] if engine else list(ENGINES)
     verdicts = {}
     for e in engines:
-        problems = [dataclasses.asdict(p) for p in check_compatibility(base, draft, e)]
+        problems = [dataclasses.asdict(p) for p in check_compatibility(base, draft, e,
+                                                                        backend_version if e == "llmapi" else None)]
         try:
             require_engine(e, draft_format, install)
         except EagleTrtError as exc:
@@ -40,6 +42,8 @@ def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None) -> 
     trtllm = install.to_dict() | {"summary": install.describe(), "auto_engine_on_gpu": auto}
     general = check_compatibility(base, draft, None) + shape_problems(base, draft)
     base_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(base).items()}
+    base_d["quantization"] = base.quantization.to_dict() | {"summary": base.quantization.summary()} \
+        if base.quantization is not None else None
     draft_d = None
     if draft is not None:
         draft_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(draft).items()}
@@ -57,7 +61,9 @@ def _table(report: dict) -> None:
             continue
         table = Table(title=f"{title}: {part['path']}", show_header=False)
         for key, value in part.items():
-            if key != "path":
+            if key == "quantization":
+                table.add_row(key, value["summary"] if value else "none (unquantized weights)")
+            elif key != "path":
                 table.add_row(key, str(value))
         console.print(table)
     verdict = "compatible" if report["compatible"] else "NOT compatible"
@@ -75,15 +81,17 @@ def _table(report: dict) -> None:
 @click.option("--base", "base_dir", required=True, type=BASE, help="HF base model directory or hub id.")
 @click.option("--draft", "draft_dir", type=DRAFT, help="EAGLE draft directory or hub id.")
 @click.option("--engine", type=click.Choice(ENGINES), help="Check support by one engine only.")
+@click.option("--backend-version", default=None,
+              help="llmapi: the TensorRT-LLM release line to check against (1.2, 1.3, 1.4; default 1.2).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report (keys in docs/inspect.md).")
-def inspect_cmd(base_dir, draft_dir, engine, as_json):
+def inspect_cmd(base_dir, draft_dir, engine, backend_version, as_json):
     """Report a base (and draft) checkpoint and whether they fit together. Exit 1 when they do not.
 
     \b
     Example:
       eagle-trt inspect --base ./Llama-3-8B-Instruct --draft ./EAGLE-LLaMA3-Instruct-8B --json
     """
-    report = inspect_dirs(base_dir, draft_dir, engine)
+    report = inspect_dirs(base_dir, draft_dir, engine, backend_version)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -91,5 +99,8 @@ def inspect_cmd(base_dir, draft_dir, engine, as_json):
     bad = not report["compatible"] or (engine is not None and not report["engines"][engine]["ok"])
     if bad:
         problems = report["problems"] or report["engines"][engine]["problems"]
-        raise EagleTrtError("the base and draft do not fit: " + "; ".join(p["message"] for p in problems),
+        what = "the base and draft do not fit" if draft_dir is not None else "the base cannot be served"
+        if not report["problems"]:
+            what = f"--engine {engine} cannot run this {'pair' if draft_dir is not None else 'base'}"
+        raise EagleTrtError(what + ": " + "; ".join(p["message"] for p in problems),
                             "; ".join(dict.fromkeys(p["hint"] for p in problems)))

@@ -55,9 +55,9 @@ def problems(bundle: Path, engine: str, backend_version: str | None) -> list[str
     if spec.get("engine") != engine:
         found.append(f"the bundle's engine is {spec.get('engine')!r} but this Deployment serves {engine!r}: apply "
                      f"the overlay deploy/kubernetes/overlays/{spec.get('engine')} of this bundle")
-    served = (spec.get("trtllm") or {}).get("backend_version")
+    served = (spec.get("trtllm") or {}).get("backend_version") or spec.get("llmapi_version")
     if backend_version is not None and served != backend_version:
-        found.append(f"the bundle's engines target TensorRT-LLM {served} but the image is for {backend_version}: "
+        found.append(f"the bundle targets TensorRT-LLM {served} but the image is for {backend_version}: "
                      "use the image of the bundle's own overlay, or rebuild with --backend-version")
     if found:
         return found

@@ -11,7 +11,7 @@ bundle's engines must be built in that same container.
 |---------|-----------------------------------------------------|--------------------------------------------------|
 | pytorch | nvcr.io/nvidia/tritonserver:<YY.MM>-py3             | torch + eagle-trt (a derived image, Dockerfile)  |
 | trtllm  | nvcr.io/nvidia/tritonserver:<YY.MM>-trtllm-python-py3 | nothing (eagle-trt only for the OpenAI route)  |
-| llmapi  | nvcr.io/nvidia/tritonserver:<YY.MM>-trtllm-python-py3 | nothing (eagle-trt only for the OpenAI route)  |
+| llmapi  | nvcr.io/nvidia/tritonserver:<YY.MM>-trtllm-python-py3 | 1.2: nothing; 1.3 / 1.4 (no Triton container ships them): that TensorRT-LLM and its LLM-API model files (a derived image, Dockerfile) |
 | vllm    | nvcr.io/nvidia/tritonserver:<YY.MM>-vllm-python-py3 | nothing (eagle-trt only for the OpenAI route)    |
 """
 
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from eagle_trt.backend import parse_backend_version
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.llmapi_release import llmapi_release
 
 NGC_TRITON = "nvcr.io/nvidia/tritonserver"
 COMPATIBILITY_SOURCE = ("https://github.com/triton-inference-server/server/blob/main/docs/introduction/"
@@ -39,7 +40,8 @@ TRTLLM_CONTAINERS: dict[tuple[int, int], tuple[str, str]] = {
     (1, 1): ("26.02", "1.1.0"),
     (1, 2): ("26.07", "1.2.1"),
 }
-LLMAPI_RELEASE = TRTLLM_CONTAINERS[max(TRTLLM_CONTAINERS)][0]  # the LLM API runs on the newest TensorRT-LLM listed
+LLMAPI_RELEASE = TRTLLM_CONTAINERS[max(TRTLLM_CONTAINERS)][0]  # the newest -trtllm-python-py3 (1.3 / 1.4 derive from it)
+TRTLLM_WHEELS = "https://pypi.nvidia.com"  # where TensorRT-LLM's wheels are published
 VLLM_RELEASE = "26.08"  # the newest -vllm-python-py3 in the matrix (vLLM 0.27.1)
 PYTHON_RELEASE = LLMAPI_RELEASE  # the plain -py3 image (python backend) for the pytorch engine
 DERIVED_IMAGE = "eagle-trt-triton"  # the name of the image the user builds from OUT/deploy/image/Dockerfile
@@ -71,8 +73,13 @@ def ngc_image(spec: BuildSpec) -> tuple[str, str]:
         return (f"{NGC_TRITON}:{tag}-trtllm-python-py3",
                 f"TensorRT-LLM {exact}, the release the engines must be built with (--backend-version {version})")
     if spec.engine == "llmapi":
-        tag, exact = TRTLLM_CONTAINERS[max(TRTLLM_CONTAINERS)]
-        return f"{NGC_TRITON}:{tag}-trtllm-python-py3", f"TensorRT-LLM {exact} with its LLM-API Triton model"
+        release = llmapi_release(spec.llmapi_version)
+        if release.line in TRTLLM_CONTAINERS:
+            tag, exact = TRTLLM_CONTAINERS[release.line]
+            return f"{NGC_TRITON}:{tag}-trtllm-python-py3", f"TensorRT-LLM {exact} with its LLM-API Triton model"
+        return (f"{NGC_TRITON}:{LLMAPI_RELEASE}-trtllm-python-py3",
+                f"no Triton container ships TensorRT-LLM {release.version}: the derived image installs "
+                f"{release.exact} and its LLM-API Triton model (--backend-version {release.version})")
     if spec.engine == "vllm":
         return f"{NGC_TRITON}:{VLLM_RELEASE}-vllm-python-py3", "Triton's vLLM backend"
     return f"{NGC_TRITON}:{PYTHON_RELEASE}-py3", "Triton's python backend, which runs eagle_trt's engine model"
@@ -82,12 +89,19 @@ def serving_image(spec: BuildSpec, *, openai: bool, override: str | None = None)
     """The image for this bundle. The pytorch engine's python models import torch and eagle_trt, and the OpenAI
     route is `eagle-trt serve`: either needs a derived image (the NGC one + eagle-trt), which the user builds."""
     base, why = ngc_image(spec)
-    derived = spec.engine == "pytorch" or openai
-    if derived:
+    install = needs_trtllm_install(spec)
+    derived = spec.engine == "pytorch" or openai or install
+    if spec.engine == "pytorch" or openai:
         needs = "torch and eagle-trt (python models)" if spec.engine == "pytorch" else "eagle-trt (the OpenAI route)"
         why = f"{why}; derived image adds {needs}"
-    image = override or (f"{DERIVED_IMAGE}:{base.rsplit(':', 1)[1]}" if derived else base)
+    tag = base.rsplit(":", 1)[1] + (f"-trtllm{llmapi_release(spec.llmapi_version).exact}" if install else "")
+    image = override or (f"{DERIVED_IMAGE}:{tag}" if derived else base)
     return ServingImage(image=image, base=base, derived=derived and override is None, why=why)
+
+
+def needs_trtllm_install(spec: BuildSpec) -> bool:
+    """An llmapi bundle for a TensorRT-LLM release no Triton container ships (1.3, 1.4)."""
+    return spec.engine == "llmapi" and llmapi_release(spec.llmapi_version).line not in TRTLLM_CONTAINERS
 
 
 def dockerfile(image: ServingImage, spec: BuildSpec) -> str:
@@ -98,6 +112,12 @@ def dockerfile(image: ServingImage, spec: BuildSpec) -> str:
              f"FROM {image.base}",
              "COPY . /opt/eagle-trt",
              ]
+    if needs_trtllm_install(spec):  # the release's wheel and the LLM-API model files of its own tag
+        exact = llmapi_release(spec.llmapi_version).exact
+        lines += [f'RUN python3 -m pip install --no-cache-dir --extra-index-url {TRTLLM_WHEELS} "tensorrt_llm=={exact}"',
+                  f"RUN git clone --depth 1 --branch v{exact} https://github.com/NVIDIA/TensorRT-LLM.git /tmp/trtllm && "
+                  "rm -rf /app/all_models/llmapi && mkdir -p /app/all_models && "
+                  "cp -r /tmp/trtllm/triton_backend/all_models/llmapi /app/all_models/llmapi && rm -rf /tmp/trtllm"]
     if spec.engine == "pytorch":  # torch: the CUDA wheel for device cuda; a CPU build is enough for device cpu
         lines.append('RUN python3 -m pip install --no-cache-dir torch "/opt/eagle-trt[runtime]" aiohttp')
     else:  # keep the image's own torch/transformers/TensorRT-LLM: add eagle-trt and what `serve` needs on top

@@ -177,6 +177,8 @@ def engine_patch(spec: BuildSpec, plan: PodPlan) -> dict:
     check_args = ["--engine", spec.engine]
     if spec.engine == "trtllm":
         check_args += ["--backend-version", spec.trtllm.backend_version]
+    elif spec.engine == "llmapi":
+        check_args += ["--backend-version", spec.llmapi_version]
     container = {"name": CONTAINER, "command": _serve_command(spec, plan),
                  "startupProbe": _probe("/v2/health/ready", PROBE_PERIOD_S, STARTUP_S[spec.engine] // PROBE_PERIOD_S)}
     if plan.openai_port is not None:

@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from eagle_trt.backend import BackendContract, backend_contract
+from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
@@ -97,7 +98,7 @@ def model_configs(spec: BuildSpec, bundle_dir: Path,
             if contract.perf_metrics:
                 _add_acceptance_step(spec, ensemble_name, speculative, configs, files)
         elif spec.engine == "llmapi":
-            configs[engine_name] = llmapi_engine_config(engine_name, options)
+            configs[engine_name] = llmapi_engine_config(engine_name, options, llmapi_release(spec.llmapi_version))
             configs[ensemble_name] = llmapi_ensemble_config(ensemble_name, engine_name)
             _add_acceptance_step(spec, ensemble_name, speculative, configs, files)
             if all((LLMAPI_MODEL_DIR / f).is_file() for f in LLMAPI_MODEL_FILES):
@@ -202,15 +203,27 @@ _STEP_OUTPUTS = {out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS}
 def acceptance_step_config(spec: BuildSpec, ensemble_name: str, speculative: bool) -> dict:
     """The python step after a TensorRT-LLM engine (trtllm, llmapi): the engine's perf-metrics outputs in (all
     optional: they come only when a request asks return_perf_metrics; trtllm adds sequence_length, always there),
-    the acceptance outputs out; labelled with the ensemble it serves, the tree it drafts with and the dtype."""
+    typed as that engine sends them (perf_output_types), the acceptance outputs out as numbers; labelled with the
+    ensemble it serves, the tree it drafts with and the dtype."""
     trtllm = spec.engine == "trtllm"
-    ins = [C.tensor(n, t, d, optional=True) for n, t, d in C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,)]
+    types = perf_output_types(None if trtllm else llmapi_release(spec.llmapi_version))
+    ins = [C.tensor(n, types[n], d, optional=True) for n, _, d in C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,)]
     if trtllm:
         ins.append(C.tensor("sequence_length", "TYPE_INT32", [-1]))
     return C.python_model(
         ACCEPTANCE_STEPS[ensemble_name], spec.max_batch_size if trtllm else 0, ins, C.outputs(C.ACCEPTANCE_OUTPUTS),
         {"model": ensemble_name, "tree": spec.tree.label() if speculative else "none", "dtype": spec.dtype,
          "engine": spec.engine})
+
+
+def perf_output_types(release: LlmapiRelease | None) -> dict[str, str]:
+    """{perf-metrics output: the Triton type the engine model really sends}: numbers from the tensorrtllm backend
+    (release None); from the LLM-API model, BYTES holding the numbers' text where its model.py builds them with
+    text_output's dtype (eagle_trt.llmapi_release), whatever its config.pbtxt declares."""
+    outputs = C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,)
+    if release is not None and release.perf_outputs_bytes:
+        return {name: "TYPE_STRING" for name, _, _ in outputs}
+    return {name: data_type for name, data_type, _ in outputs}
 
 
 # ---- engine models ----------------------------------------------------------------------------------------------
@@ -288,12 +301,14 @@ def _trtllm_inputs(contract: BackendContract):
         yield (contract.seed_input if n == "seed" else n), t, d, o
 
 
-def llmapi_engine_config(name: str, options: ServingOptions) -> dict:
+def llmapi_engine_config(name: str, options: ServingOptions, release: LlmapiRelease) -> dict:
     """TensorRT-LLM's LLM-API python model (triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt: the inputs
-    and outputs we use, same names and types); model.yaml beside model.py configures it."""
+    and outputs we use, same names; the perf-metrics outputs typed as its model.py really builds them, so the
+    ensemble can pass them to the acceptance step); model.yaml beside model.py configures it."""
     ins = C.inputs(LLMAPI_INPUTS)
+    types = perf_output_types(release)
     outs = C.outputs((("text_output", "TYPE_STRING", [-1]), ("finish_reason", "TYPE_STRING", [-1]))
-                     + C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,))
+                     + tuple((n, types[n], d) for n, _, d in C.ACCEPTANCE_OUTPUTS + (C.ARRIVAL_TIME_OUTPUT,)))
     return {"name": name, "backend": "python", "max_batch_size": 0, "input": ins, "output": outs,
             "model_transaction_policy": {"decoupled": options.decoupled},
             "instance_group": C.instance_group("KIND_CPU", 1)}

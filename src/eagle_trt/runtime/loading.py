@@ -6,6 +6,7 @@ import torch
 
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.quantization.reader import DequantizedWeights, account
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft, Eagle3Options
 from eagle_trt.runtime.model import Llama, LlamaArgs
 from eagle_trt.spec import DraftSpec, ModelSpec, Problem
@@ -62,6 +63,14 @@ def _fill(module: torch.nn.Module, reader, names: dict[str, str], where: str, op
             target.copy_(tensor.to(target.dtype) if target.is_floating_point() else tensor)
 
 
+def open_base_weights(spec: ModelSpec):
+    """The base's weights as the runtime reads them: a quantized base dequantized exactly, module by module
+    (quantization.reader.DequantizedWeights); a GGUF base through the GGUF reader, which dequantizes its blocks."""
+    reader = open_weights(spec.path)
+    quant = spec.quantization
+    return DequantizedWeights(reader, quant) if quant is not None and quant.groups else reader
+
+
 def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
     args = LlamaArgs.from_spec(spec)
     with torch.device("meta"):
@@ -70,7 +79,7 @@ def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
     names = model.hf_name_map()
     if args.tie_word_embeddings:
         names.pop("lm_head.weight")
-    with open_weights(spec.path) as reader:
+    with open_base_weights(spec) as reader:
         if not args.tie_word_embeddings and "lm_head.weight" not in reader:
             names["lm_head.weight"] = "model.embed_tokens.weight"  # some tied checkpoints omit the flag
         _fill(model, reader, names, f"base {spec.path}")
@@ -153,35 +162,65 @@ def _read_anyway(what: str, spec) -> set[str]:
     return {"lm_head.weight"} if spec.tie_word_embeddings else set()
 
 
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+# tensor names only quantized layouts have: a checkpoint holding them without a quantization config is misread
+QUANT_SUFFIXES = ("weight_scale", "weight_scale_inv", "weight_scale_2", "input_scale", "weight_packed", "qweight",
+                  "qzeros", "scales", "g_idx", "weight_global_scale", "pre_quant_scale", "k_scale", "v_scale")
+QUANT_CONFIG_HINT = ("a quantized checkpoint carries its quantization config (hf_quant_config.json, or config.json's "
+                     "quantization_config) beside the weights: restore it from the download, or pass the unquantized "
+                     "base")
+
+
 def shape_problems(base: ModelSpec, draft: DraftSpec | None = None) -> list[Problem]:
     """Every tensor whose shape contradicts its config, that is missing, or that nothing reads (it would be silently
     dropped: another model than the checkpoint's), from the checkpoint headers only: run before any weight is
-    loaded or converted. Empty when the checkpoints match their configs."""
+    loaded or converted. A quantized base's modules are checked in their stored layout, scale tensors included
+    (quantization.reader.account). Empty when the checkpoints match their configs."""
     want_base, want_draft = expected_shapes(base, draft)
     problems = []
     for what, spec, want in (("base", base, want_base), ("draft", draft, want_draft)):
         if spec is None:
             continue
+        quant = spec.quantization if what == "base" and spec.quantization and spec.quantization.groups else None
         with open_weights(spec.path) as reader:
-            names = set(reader.names())
+            names, accounted = set(reader.names()), set()
+            if quant is not None:
+                found, accounted = account(quant, reader, want)
+                hint = f"the weights do not match {quant.label} as its config ({quant.source}) describes it: " \
+                       "re-export or re-download the checkpoint"
+                problems += [Problem(message, hint) for message in found]
             for name, shape in want.items():
+                if name in accounted:
+                    continue
                 if name not in names:
                     if name not in OPTIONAL_TENSORS:
                         problems.append(Problem(f"{what} tensor {name!r} is missing", SIZE_HINT))
                 elif tuple(reader.shape(name)) != shape:
                     problems.append(Problem(f"{what} tensor {name!r} has shape {list(reader.shape(name))}, expected "
                                             f"{list(shape)} from {spec.path / 'config.json'}", SIZE_HINT))
-            unread = sorted(n for n in names - set(want) - _read_anyway(what, spec)
+                elif what == "base" and reader.dtype(name) not in FLOAT_DTYPES:
+                    problems.append(Problem(f"{what} tensor {name!r} is stored as {reader.dtype(name)}, but no "
+                                            "quantization config says how to dequantize it", QUANT_CONFIG_HINT))
+            unread = sorted(n for n in names - set(want) - accounted - _read_anyway(what, spec)
                             if not n.endswith(IGNORED_SUFFIXES))
             if unread:
-                more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
-                problems.append(Problem(
-                    f"{what} tensor(s) {', '.join(map(repr, unread[:3]))}{more} in {spec.path} are not part of the "
-                    f"{_layout_name(what, spec)} as its config.json describes it, so nothing would read them",
-                    "eagle-trt refuses to run a model without some of its weights: check that config.json belongs to "
-                    "these weights (e.g. attention_bias, model_type), or that the family is one eagle-trt supports "
-                    "(README, Model families)"))
+                problems.append(_unread_problem(what, spec, unread, quant))
     return problems
+
+
+def _unread_problem(what: str, spec, unread: list[str], quant) -> Problem:
+    more = f" and {len(unread) - 3} more" if len(unread) > 3 else ""
+    listed = f"{what} tensor(s) {', '.join(map(repr, unread[:3]))}{more} in {spec.path}"
+    if quant is None and any(n.rpartition(".")[2] in QUANT_SUFFIXES for n in unread):
+        return Problem(f"{listed} are quantization tensors (scales, packed weights), but the {what} has no "
+                       "quantization config", QUANT_CONFIG_HINT)
+    described = f"{_layout_name(what, spec)} as its config.json describes it" if quant is None else (
+        f"{_layout_name(what, spec)} as its config.json and quantization config "
+        f"({quant.label.removeprefix('a ').removeprefix('an ')}) describe it")
+    return Problem(f"{listed} are not part of the {described}, so nothing would read them",
+                   "eagle-trt refuses to run a model without some of its weights: check that config.json belongs to "
+                   "these weights (e.g. attention_bias, model_type), or that the family is one eagle-trt supports "
+                   "(README, Model families)")
 
 
 def _layout_name(what: str, spec) -> str:

@@ -6,9 +6,12 @@ One step per ensemble, so that its `model` label says which ensemble (eagle_mode
 parameters give model, tree and dtype, and `engine` (trtllm | llmapi) which families it registers.
 
 Inputs, one request per engine response (the tensors TensorRT-LLM's model answers, docs/trtllm_formats.md §4):
-acceptance_rate FP32, total_accepted_draft_tokens INT32, total_draft_tokens INT32, arrival_time_ns INT64 (each
-[1]; they come only when the request asked return_perf_metrics) and, trtllm only, sequence_length INT32 [beam]
-(the token ids the response carries). Outputs: the three acceptance tensors, unchanged.
+acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, arrival_time_ns (each [1]; they come only when the
+request asked return_perf_metrics) and, trtllm only, sequence_length INT32 [beam] (the token ids the response
+carries). Each comes as the engine sends it: numbers (FP32 / INT32 / INT64) from the tensorrtllm backend, BYTES
+holding the number's text from the LLM-API model (its model.py builds them with text_output's dtype; the config
+typing them is layout.perf_output_types). Outputs: the three acceptance tensors as the numbers this step's config
+declares (FP32, INT32, INT32), whichever form came in.
 
 What is counted, and what cannot be:
 - The engine repeats the request's running totals on every response (streamed or not) and no response says it is
@@ -25,6 +28,8 @@ What is counted, and what cannot be:
 Copied as model_repository/{eagle,base}_acceptance/1/model.py (trtllm with acceptance outputs, and llmapi).
 """
 
+import json
+
 import triton_python_backend_utils as pb_utils
 from model_params import parameters  # beside model.py (layout.py copies it)
 
@@ -33,13 +38,35 @@ REQUEST_KEY = "arrival_time_ns"
 TOKEN_COUNT = "sequence_length"
 
 
+def as_number(value):
+    """A perf-metrics value as a Python number: numpy numbers as they are, BYTES / str holding a number's text (the
+    LLM-API model's form, e.g. b"0.75", b"76735374300000") parsed; an integer's text stays exact."""
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    return value.item() if hasattr(value, "item") else value
+
+
+def numbers(values, dtype):
+    """An input's values (numbers or BYTES) as a numpy array of `dtype`, same shape."""
+    import numpy as np
+
+    return np.array([as_number(v) for v in values.reshape(-1)], dtype=dtype).reshape(values.shape)
+
+
 def _first(request, name):
-    """The first element of an input (a [1, 1] or [1] tensor), or None when the response did not carry it."""
+    """The first element of an input (a [1, 1] or [1] tensor) as a number, or None when the response did not
+    carry it."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return None
     values = tensor.as_numpy().reshape(-1)
-    return values[0] if values.size else None
+    return as_number(values[0]) if values.size else None
 
 
 class TritonPythonModel:
@@ -53,13 +80,16 @@ class TritonPythonModel:
                                          histogram=False)
         self.count_tokens = param["engine"] == "trtllm"
         self.totals = CumulativeTotals()
+        config = json.loads(args["model_config"])
+        self.out_dtypes = {name: pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(config, name)["data_type"]) for name in ACCEPTANCE_NAMES}
 
     def execute(self, requests):
         responses = []
         for request in requests:
             try:
                 self._count(request)
-                passed = [pb_utils.Tensor(name, tensor.as_numpy())  # [batch, 1] as the engine answered it
+                passed = [pb_utils.Tensor(name, numbers(tensor.as_numpy(), self.out_dtypes[name]))  # [batch, 1]
                           for name in ACCEPTANCE_NAMES
                           if (tensor := pb_utils.get_input_tensor_by_name(request, name)) is not None]
                 responses.append(pb_utils.InferenceResponse(output_tensors=passed))

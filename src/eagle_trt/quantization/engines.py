@@ -1,0 +1,105 @@
+"""Which engine runs which quantized base, and why the others do not: read at each engine's loader source.
+
+- pytorch (ours): every layout quantization.formats reads, dequantized exactly at load into the engine's fp32 or
+  int8 path; KV-cache scales are not applied (K/V stay in the engine's precision).
+- llmapi (TensorRT-LLM's PyTorch backend, `_torch/model_config.py` ModelConfig.from_pretrained and
+  load_hf_quant_config): Model-Optimizer checkpoints (hf_quant_config.json; config.json's quant_method "modelopt"
+  from 1.3, PR #14088) with the quant_algo values its PyTorch backend runs (docs/source/features/quantization.md,
+  "Model Supported Matrix": FP8, FP8 per-channel, FP8 block, NVFP4, W4A16 / W4A8 AWQ); transformers' FP8 with
+  128x128 blocks (FP8_BLOCK_SCALES); compressed-tensors from 1.3 (FP8 per-channel with per-token activations, FP8
+  128-blocks; NVFP4 from 1.4, models/quant_config_utils.py). AutoAWQ / GPTQ configs raise "Unsupported
+  quantization_config" (llmapi/llm_utils.py). The base is passed through unchanged; the draft stays unquantized
+  (its own checkpoint's config decides, `_torch/models/modeling_speculative.py`).
+- vllm (vllm/model_executor/layers/quantization, read at vLLM 0.33.0): Model-Optimizer FP8, FP8_PER_CHANNEL_PER_TOKEN,
+  FP8_PB_WO, NVFP4, W4A16_NVFP4, MIXED_PRECISION of those (modelopt.py QUANT_ALGOS; a legacy hf_quant_config.json
+  is recognised by producer.name "modelopt" only); compressed-tensors (W8A8 / W8A16 FP8, INT8, WNA16, NVFP4);
+  AutoAWQ; GPTQ (v1 checkpoints); FP8 (`fp8`). The draft loads unquantized (get_draft_quant_config).
+- trtllm: refused. TensorRT-LLM's EAGLE converter (examples/eagle/convert_checkpoint.py, <= 1.2) reads unquantized
+  Hugging Face weights only (no FP8 input, no scale tensors), and eagle-trt writes no quantized TensorRT-LLM
+  checkpoint: dequantizing into an unquantized one would build a different engine than the user's model.
+"""
+
+from __future__ import annotations
+
+from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
+from eagle_trt.quantization.scheme import QuantGroup, Quantization
+
+TRTLLM_REFUSAL = ("TensorRT-LLM's EAGLE checkpoint converter (examples/eagle/convert_checkpoint.py, TensorRT-LLM <= "
+                  "1.2) reads unquantized Hugging Face weights only, and eagle-trt writes no quantized TensorRT-LLM "
+                  "checkpoint (dequantizing into an unquantized one would build another model than yours)")
+LLMAPI_MODELOPT = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "NVFP4", "W4A16_AWQ", "W4A8_AWQ")
+VLLM_MODELOPT = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4")
+VLLM_CT = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized", "nvfp4-pack-quantized")
+
+
+def _ct_kind(group: QuantGroup) -> str:
+    """A compressed-tensors group as TensorRT-LLM's loader names what it reads."""
+    w = group.weights
+    if w.layout == "fp8" and w.granularity == "channel" and group.activations and "token" in group.activations:
+        return "fp8-channel"
+    if w.layout == "fp8" and w.granularity == "block" and w.block == (128, 128):
+        return "fp8-block"
+    if w.layout == "nvfp4":
+        return "nvfp4"
+    return f"{w.describe()} ({group.algo})"
+
+
+def _llmapi(quant: Quantization, release: LlmapiRelease) -> str | None:
+    where = f"TensorRT-LLM {release.version}'s PyTorch backend"
+    if quant.method == "modelopt":
+        if quant.source != "hf_quant_config.json" and not release.reads_modelopt_inline:
+            return (f"{where} reads Model-Optimizer checkpoints from hf_quant_config.json, which this base lacks "
+                    "(config.json's quantization_config is read from 1.3 on: --backend-version 1.3)")
+        allowed = LLMAPI_MODELOPT + (("FP8_PB_WO",) if release.reads_modelopt_inline else ())
+        bad = sorted({g.algo for g in quant.groups if g.algo not in allowed})
+        return (f"{where} runs Model-Optimizer {', '.join(allowed)} checkpoints, not {', '.join(bad)}"
+                if bad else None)
+    if quant.method == "fp8":
+        block = quant.groups[0].weights.block
+        return None if block == (128, 128) else f"{where} reads FP8 block scales of 128x128 only, not {block}"
+    if quant.method == "compressed-tensors":
+        if not release.compressed_tensors:
+            return (f"{where} does not read compressed-tensors checkpoints (added in 1.3, PR #10796): "
+                    "--backend-version 1.3 or newer")
+        bad = sorted({_ct_kind(g) for g in quant.groups} - set(release.compressed_tensors))
+        return (f"{where} reads compressed-tensors {', '.join(release.compressed_tensors)} only, not {', '.join(bad)}"
+                if bad else None)
+    if quant.method in ("awq", "gptq"):
+        return (f"{where} does not read {quant.method.upper()} quantization configs ('Unsupported "
+                "quantization_config', llmapi/llm_utils.py); export the base with Model-Optimizer (W4A16_AWQ) for it")
+    return f"TensorRT-LLM does not read {quant.method.upper()} checkpoints"
+
+
+def _vllm(quant: Quantization) -> str | None:
+    if quant.method == "modelopt":
+        bad = sorted({g.algo for g in quant.groups if g.algo not in VLLM_MODELOPT})
+        if bad or not quant.groups:
+            return (f"vLLM's Model-Optimizer loader runs {', '.join(VLLM_MODELOPT)} (and mixes of them), not "
+                    f"{', '.join(bad) or quant.algo} (vllm/model_executor/layers/quantization/modelopt.py)")
+        if quant.source == "hf_quant_config.json" and quant.producer != "modelopt":
+            return ("vLLM recognises a hf_quant_config.json by producer.name 'modelopt', which this one lacks: it "
+                    "would load the weights as if unquantized")
+        return None
+    if quant.method == "compressed-tensors":
+        bad = sorted({g.algo for g in quant.groups if g.algo not in VLLM_CT})
+        return f"vLLM's compressed-tensors loader has no {', '.join(bad)} scheme" if bad else None
+    if quant.method == "gptq" and quant.algo != "gptq":
+        return "vLLM reads GPTQ checkpoints in GPTQ's v1 format (checkpoint_format gptq), not gptq_v2"
+    if quant.method == "gguf":
+        return ("eagle-trt's vLLM bundle hands vLLM a Hugging Face directory; vLLM loads a GGUF base only as one file "
+                "with a separate tokenizer")
+    return None
+
+
+def quantization_refusal(quant: Quantization | None, engine: str, backend_version: str | None = None) -> str | None:
+    """Why `engine` does not run a base quantized as `quant`, or None when it does (or the base is unquantized).
+    `backend_version`: the TensorRT-LLM release line of an llmapi bundle (llmapi_release)."""
+    if quant is None or engine == "pytorch":
+        return None
+    if engine == "trtllm":
+        return TRTLLM_REFUSAL if quant.method != "gguf" else "TensorRT-LLM does not read GGUF files"
+    if engine == "llmapi":
+        return _llmapi(quant, llmapi_release(backend_version))
+    if engine == "vllm":
+        return _vllm(quant)
+    return f"the {engine} engine does not run quantized bases"
