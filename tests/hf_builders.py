@@ -43,14 +43,15 @@ VARIANTS = {
 }
 
 
-def make_hf_base(out: Path, variant: str, seed: int = 0) -> Path:
-    """Save a tiny random `variant` (VARIANTS) with transformers' save_pretrained, and a tokenizer beside it."""
+def make_hf_base(out: Path, variant: str, seed: int = 0, dims: dict | None = None) -> Path:
+    """Save a tiny random `variant` (VARIANTS) with transformers' save_pretrained, and a tokenizer beside it;
+    `dims`: other sizes than TINY's."""
     import transformers
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = builders.make_tokenizer(out)
     cls_name, extra = VARIANTS[variant]
-    config = getattr(transformers, cls_name)(vocab_size=vocab, **TINY, **extra)
+    config = getattr(transformers, cls_name)(vocab_size=vocab, **(dims or TINY), **extra)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     gen = torch.Generator().manual_seed(seed)

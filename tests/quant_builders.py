@@ -306,9 +306,11 @@ def write_fp8_blocks(src: Path, out: Path, block: int = 32) -> tuple[Path, dict]
 
     def layer(module, o, i):
         w = weights[f"{module}.weight"].float()
-        tiles = w.reshape(o // block, block, i // block, block)
-        scale = tiles.abs().amax(dim=(1, 3)) / 448.0  # [O/b, I/b]
-        full = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)
+        rows, cols = math.ceil(o / block), math.ceil(i / block)
+        padded = torch.zeros(rows * block, cols * block)
+        padded[:o, :i] = w
+        scale = padded.reshape(rows, block, cols, block).abs().amax(dim=(1, 3)) / 448.0  # [ceil(O/b), ceil(I/b)]
+        full = scale.repeat_interleave(block, 0).repeat_interleave(block, 1)[:o, :i]
         codes = (w / full).to(torch.float8_e4m3fn)
         return {"weight": codes, "weight_scale_inv": scale}, codes.float() * full
 

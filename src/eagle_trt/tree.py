@@ -237,7 +237,7 @@ def validate_for_llmapi(cfg: TreeConfig, release: LlmapiRelease) -> None:
     chain:N+suffix:M,N means on the LLM API what it means here."""
     if cfg.kind == "static" and not release.static_trees:
         tree = cfg.tree
-        width = max(len(c) for c in tree.children)
+        width = max(len(c) for c in tree.children())
         nearest = f"dynamic:{tree.depth - 1},{width},{min(tree.num_nodes, width * tree.depth)}" \
             if tree.depth > 1 else f"chain:{tree.depth}"
         raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM {release.version} has no static trees "

@@ -34,7 +34,7 @@ class BuildRequest:
     max_input_len: int | None = None
     max_seq_len: int | None = None
     tp_size: int = 1
-    backend_version: str | None = None  # trtllm only (None: backend.DEFAULT_BACKEND_VERSION)
+    backend_version: str | None = None  # trtllm: the tensorrtllm backend release; llmapi: the TensorRT-LLM line
     chat_template: bool = True
     serving: ServingOptions = ServingOptions()
     deploy: DeployOptions = DeployOptions()  # --k8s-*: the Kubernetes manifests under OUT/deploy/

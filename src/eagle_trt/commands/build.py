@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from eagle_trt.backend import DEFAULT_BACKEND_VERSION
+from eagle_trt.llmapi_release import DEFAULT_LLMAPI_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES
 from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tuning_progress
 
@@ -44,10 +45,12 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
 @click.option("--tp", "tp_size", type=click.IntRange(min=1),
               default=1, show_default=True, help="Tensor-parallel size (trtllm).")
 @click.option("--backend-version", default=None,
-              help=f"trtllm: the tensorrtllm backend release that will serve the bundle (MAJOR.MINOR, default "
-                   f"{DEFAULT_BACKEND_VERSION}); it decides "
-                   "the seed input's name (random_seed up to 0.20, seed from 0.21) and whether return_perf_metrics "
-                   "and the acceptance outputs exist (from 0.19). See README, Engines.")
+              help=f"The TensorRT-LLM release that will serve the bundle (MAJOR.MINOR). trtllm: the tensorrtllm backend "
+                   f"release (default {DEFAULT_BACKEND_VERSION}): the seed input's name (random_seed up to 0.20, seed "
+                   "from 0.21) and whether return_perf_metrics and the acceptance outputs exist (from 0.19). llmapi: "
+                   f"the release line, 1.2, 1.3 or 1.4 (default {DEFAULT_LLMAPI_VERSION}): which Eagle3DecodingConfig "
+                   "fields exist (no static trees in 1.4, suffix candidates from 1.3) and the deploy image. See "
+                   "docs/quantization.md.")
 @click.option("--chat-template/--no-chat-template", default=True, show_default=True,
               help="Whether preprocessing applies the base's chat template by default (per request: chat_template).")
 @click.option("--engine-instances", type=click.IntRange(min=1),

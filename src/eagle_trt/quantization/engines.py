@@ -44,29 +44,36 @@ def _ct_kind(group: QuantGroup) -> str:
     return f"{w.describe()} ({group.algo})"
 
 
+CT_KINDS = {"fp8-channel": "FP8 per-channel (per-token activations)", "fp8-block": "FP8 128x128 blocks",
+            "nvfp4": "NVFP4"}
+
+
 def _llmapi(quant: Quantization, release: LlmapiRelease) -> str | None:
-    where = f"TensorRT-LLM {release.version}'s PyTorch backend"
+    """The reasons name what TensorRT-LLM reads in every release line, and from which release where that differs,
+    so one reason reads the same whichever --backend-version was asked for."""
     if quant.method == "modelopt":
         if quant.source != "hf_quant_config.json" and not release.reads_modelopt_inline:
-            return (f"{where} reads Model-Optimizer checkpoints from hf_quant_config.json, which this base lacks "
-                    "(config.json's quantization_config is read from 1.3 on: --backend-version 1.3)")
+            return (f"TensorRT-LLM {release.version} reads Model-Optimizer checkpoints from hf_quant_config.json, which "
+                    "this base lacks (config.json's quantization_config is read from 1.3 on: --backend-version 1.3)")
         allowed = LLMAPI_MODELOPT + (("FP8_PB_WO",) if release.reads_modelopt_inline else ())
         bad = sorted({g.algo for g in quant.groups if g.algo not in allowed})
-        return (f"{where} runs Model-Optimizer {', '.join(allowed)} checkpoints, not {', '.join(bad)}"
-                if bad else None)
+        return (f"TensorRT-LLM's PyTorch backend runs Model-Optimizer {', '.join(LLMAPI_MODELOPT)} checkpoints "
+                f"(and FP8_PB_WO from 1.3), not {', '.join(bad)}" if bad else None)
     if quant.method == "fp8":
         block = quant.groups[0].weights.block
-        return None if block == (128, 128) else f"{where} reads FP8 block scales of 128x128 only, not {block}"
+        return None if block == (128, 128) else \
+            f"TensorRT-LLM reads transformers' FP8 checkpoints with 128x128 blocks only, not {block[0]}x{block[1]}"
     if quant.method == "compressed-tensors":
-        if not release.compressed_tensors:
-            return (f"{where} does not read compressed-tensors checkpoints (added in 1.3, PR #10796): "
-                    "--backend-version 1.3 or newer")
-        bad = sorted({_ct_kind(g) for g in quant.groups} - set(release.compressed_tensors))
-        return (f"{where} reads compressed-tensors {', '.join(release.compressed_tensors)} only, not {', '.join(bad)}"
-                if bad else None)
+        kinds = {_ct_kind(g) for g in quant.groups}
+        if kinds <= set(release.compressed_tensors):
+            return None
+        return ("TensorRT-LLM reads compressed-tensors checkpoints from 1.3 on, FP8 per-channel (per-token "
+                "activations) and FP8 128x128 blocks (NVFP4 from 1.4), not "
+                + ", ".join(sorted(CT_KINDS.get(k, k) for k in kinds - set(release.compressed_tensors))))
     if quant.method in ("awq", "gptq"):
-        return (f"{where} does not read {quant.method.upper()} quantization configs ('Unsupported "
-                "quantization_config', llmapi/llm_utils.py); export the base with Model-Optimizer (W4A16_AWQ) for it")
+        return (f"TensorRT-LLM's PyTorch backend does not read {quant.method.upper()} quantization configs "
+                "('Unsupported quantization_config', llmapi/llm_utils.py); a Model-Optimizer W4A16_AWQ export of "
+                "the base runs there")
     return f"TensorRT-LLM does not read {quant.method.upper()} checkpoints"
 
 
