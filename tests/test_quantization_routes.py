@@ -10,8 +10,6 @@ The README must hold exactly this module's table; to refresh it after a delibera
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,13 +19,13 @@ from click.testing import CliRunner
 import builders
 import hf_builders
 import quant_builders as qb
+from readme_tables import readme_table
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.llmapi_release import LLMAPI_RELEASES
 from eagle_trt.runtime import EagleDecoder
-from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec, check_compatibility
+from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 START, END = "<!-- quantization-table:start -->", "<!-- quantization-table:end -->"
 # README row -> (writer, algo, arguments), one per scheme a user brings
 ROWS = {
@@ -107,13 +105,7 @@ def render(bases, drafts) -> str:
 def test_the_readme_table_is_what_the_checks_say(bases, drafts):
     """Every cell is what `build` decides; every `runs` of the pytorch engine is run: EAGLE equals plain decoding."""
     table = render(bases, drafts)
-    text = README.read_text(encoding="utf-8")
-    assert START in text and END in text, "README.md lost its quantization-table markers"
-    current = text[text.index(START) + len(START):text.index(END)].strip("\n") + "\n"
-    if os.environ.get("EAGLE_TRT_WRITE_README"):
-        README.write_text(text[:text.index(START) + len(START)] + "\n" + table + text[text.index(END):],
-                          encoding="utf-8")
-        current = table
+    current = readme_table(START, END, table)
     assert current == table, "README.md's quantization table is stale: see this module's docstring to refresh it"
     prompt = list(range(5, 37))
     for row, base in bases.items():

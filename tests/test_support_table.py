@@ -6,19 +6,17 @@ output equal to plain decoding). The README must hold exactly this table; to ref
 """
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 import builders
 import hf_builders
 import layout_builders
+from readme_tables import readme_table
 from eagle_trt.draft_layouts import served_layout_change
 from eagle_trt.runtime import EagleDecoder
 from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec, check_compatibility
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 START, END = "<!-- support-table:start -->", "<!-- support-table:end -->"
 FAMILIES = {"Llama 3.1 (transformers-5 config)": "llama31", "Mistral v0.1 (sliding window)": "mistral_v01",
             "Qwen2.5": "qwen25_tied", "Qwen3": "qwen3"}
@@ -68,13 +66,7 @@ def render(pairs) -> tuple[str, list[tuple]]:
 
 def test_the_readme_table_is_what_the_checks_say(pairs):
     table, to_run = render(pairs)
-    text = README.read_text(encoding="utf-8")
-    assert START in text and END in text, "README.md lost its support-table markers"
-    current = text[text.index(START) + len(START):text.index(END)].strip("\n") + "\n"
-    if os.environ.get("EAGLE_TRT_WRITE_README"):
-        README.write_text(text[:text.index(START) + len(START)] + "\n" + table + text[text.index(END):],
-                          encoding="utf-8")
-        current = table
+    current = readme_table(START, END, table)
     assert current == table, "README.md's support table is stale: see this module's docstring to refresh it"
     assert len(to_run) == len(FAMILIES) * len(LAYOUTS)  # the pytorch engine runs every pair
     for base_dir, draft_dir in to_run:
