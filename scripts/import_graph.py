@@ -18,15 +18,15 @@ from pathlib import Path
 ROOT = "eagle_trt"
 LAYERS = [  # bottom first; docs/architecture.md §2, with the shared low modules spelled out
     ("errors",),
-    ("llmapi_release",),
-    (ROOT, "fsutil", "tree", "checkpoints", "backend", "request_rules", "families", "hub", "datasets", "metrics"),  # ROOT: version
-    ("draft_layouts", "quantization"),
+    (ROOT, "fsutil", "tree", "checkpoints", "request_rules", "chat", "families", "hub", "metrics"),  # ROOT: version
+    ("tree_config", "draft_layouts", "quantization", "datasets"),
     ("spec", "demo_model", "load_policy"),
     ("build_spec",),
-    ("plugins",),
+    ("kernels",),
     ("runtime",),
     ("tuning",),
     ("model_repository",),
+    ("engines",),
     ("serving", "client", "deploy"),
     ("perf",),
     ("build", "train"),

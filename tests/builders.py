@@ -224,7 +224,8 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
 
     from eagle_trt.build_spec import BuildSpec, TrtllmSettings
     from eagle_trt.spec import DraftSpec, ModelSpec
-    from eagle_trt.tree import Tree, TreeConfig, resolve
+    from eagle_trt.tree import Tree
+    from eagle_trt.tree_config import TreeConfig, resolve
 
     dims = TinyDims()
     base = ModelSpec(path=base_path, architecture="LlamaForCausalLM", model_type="llama",
@@ -245,9 +246,9 @@ def fixed_build_spec(engine: str, *, backend_version: str = "1.2", base_path: Pa
     tree = {"trtllm": static, "vllm": resolve("chain:3")}.get(engine, resolve("dynamic:5,8,48"))
     spec = BuildSpec(base=base, draft=draft, engine=engine, tree=tree, dtype="float16",
                      max_input_len=1024, max_seq_len=2048,
-                     trtllm=TrtllmSettings(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10,
-                                           backend_version=backend_version)
-                     if engine == "trtllm" else None, llmapi_version=backend_version if engine == "llmapi" else None)
+                     trtllm=TrtllmSettings(max_draft_len=63, num_eagle_layers=3, max_non_leaves_per_layer=10)
+                     if engine == "trtllm" else None,
+                     backend_version=backend_version if engine in ("trtllm", "llmapi") else None)
     return dataclasses.replace(spec, **changes)
 
 

@@ -49,25 +49,15 @@ def eagle3_draft(tiny_base, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def openai_stack(tiny_base, eagle1_draft, tmp_path_factory):
-    """A pytorch bundle of the tiny base + EAGLE-1 draft on the real tritonserver (eagle_model loaded) with the
-    OpenAI route in front: (server, route). Shared by the server-answer and OpenAI tests (one server start)."""
+def pytorch_bundle(tiny_base, eagle1_draft, tmp_path_factory):
+    """A pytorch bundle of the tiny base + EAGLE-1 draft (chain:3), built by the CLI: the perf harness tests read it
+    and the AIPerf run writes its report into it."""
     from click.testing import CliRunner
 
     from eagle_trt.cli import main
-    from eagle_trt.serving import TritonServer, free_port
-    from eagle_trt.serving.openai_api import OpenAIRoute
 
-    out = tmp_path_factory.mktemp("openai_stack") / "bundle"
-    result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
-                                       str(out), "--engine", "pytorch", "--max-seq-len", "512",
-                                       "--max-input-len", "256", "--tree", "chain:3"])
-    assert result.exit_code == 0, result.output
-    with TritonServer(out / "model_repository", models=["eagle_model"],
-                      log_file=out.parent / "tritonserver.log") as server:
-        route = OpenAIRoute.from_bundle(out, triton_url=server.http_url, models=list(server.models))
-        route.start(port=free_port())
-        try:
-            yield server, route
-        finally:
-            route.stop()
+    out = tmp_path_factory.mktemp("perf") / "bundle"
+    res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o", str(out),
+                                    "--engine", "pytorch", "--tree", "chain:3"])
+    assert res.exit_code == 0, res.output
+    return out

@@ -340,3 +340,39 @@ def transformers_on(base: Path, linears: dict[str, torch.Tensor]):
     if "lm_head.weight" in missing:
         model.tie_weights()
     return model
+
+
+# name -> (writer, algo, its arguments): every layout eagle-trt dequantizes, one per scheme a user brings
+SCHEMES = {
+    "modelopt-fp8": ("modelopt", "FP8", {}),
+    "modelopt-fp8-kv": ("modelopt", "FP8", {"kv_fp8": True}),
+    "modelopt-fp8-channel": ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN", {}),
+    "modelopt-nvfp4": ("modelopt", "NVFP4", {}),
+    "modelopt-w4a16-awq": ("modelopt", "W4A16_AWQ", {}),
+    "modelopt-w4a8-awq": ("modelopt", "W4A8_AWQ", {}),
+    "modelopt-int8-sq": ("modelopt", "W8A8_SQ_PER_CHANNEL", {}),
+    "ct-fp8": ("ct", "FP8", {}),
+    "ct-fp8-dynamic": ("ct", "FP8_DYNAMIC", {}),
+    "ct-fp8-block": ("ct", "FP8_BLOCK", {"block": [32, 32]}),
+    "ct-w4a16": ("ct", "W4A16", {"group_size": 32}),
+    "ct-w4a16-asym": ("ct", "W4A16_ASYM", {"group_size": 32}),
+    "ct-w8a16": ("ct", "W8A16", {"group_size": 32}),
+    "ct-w8a8-int8": ("ct", "W8A8", {}),
+    "ct-nvfp4": ("ct", "NVFP4", {}),
+    "awq-gemm": ("awq", None, {}),
+    "gptq-v1": ("gptq", None, {}),
+    "gptq-v2-act-order": ("gptq", None, {"v2": True, "act_order": True}),
+    "fp8-blocks": ("fp8", None, {}),
+}
+
+
+def write_scheme(name: str, src: Path, out: Path, **overrides) -> tuple[Path, dict | None]:
+    """SCHEMES[name] written from the plain base `src` into `out` (its arguments updated by `overrides`):
+    (checkpoint dir, {module: oracle weight}); the oracle is None where the caller does not need it computed."""
+    writer, algo, kwargs = SCHEMES[name]
+    kwargs = kwargs | overrides
+    if writer == "modelopt":
+        return write_modelopt(src, out, algo, **kwargs)[0], decode_modelopt(out)
+    if writer == "ct":
+        return write_compressed_tensors(src, out, algo, **kwargs), compressed_tensors_oracle(out)
+    return {"awq": write_awq, "gptq": write_gptq, "fp8": write_fp8_blocks}[writer](src, out, **kwargs)

@@ -8,7 +8,7 @@ import torch
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft
 from eagle_trt.runtime.decoder import EagleDecoder
 from eagle_trt.runtime.model import Llama, LlamaArgs
-from eagle_trt.tree import resolve
+from eagle_trt.tree_config import resolve
 
 
 class OracleDraft(DraftHead):
@@ -45,7 +45,7 @@ class OracleDraft(DraftHead):
         return torch.stack(rows).to(out.device)  # [T, V]
 
 
-def tiny_engine(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleDecoder:
+def tiny_decoder(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -> EagleDecoder:
     """A 1-layer base with a small vocabulary and a random EAGLE-1 draft, built in memory."""
     torch.manual_seed(seed)
     args = LlamaArgs(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
+from eagle_trt.engines.trtllm_backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository import configs as C, write_model_repository
+from eagle_trt.engines import get, write_model_repository
+from eagle_trt.model_repository import configs as C
 from eagle_trt.perf.harness_files import aiperf_command, genai_perf_command
 
 from test_model_repository import _ensemble_problems, fixed_spec, pbtxt_files
@@ -116,9 +117,10 @@ def test_newest_version_matches_the_trtllm_golden(tmp_path):
 
 
 def test_perf_harness_asks_for_acceptance_only_where_it_exists():
-    assert not fixed_spec("trtllm", "0.18").acceptance_figures
-    assert fixed_spec("trtllm", "0.19").acceptance_figures
-    assert fixed_spec("pytorch", "0.18").acceptance_figures  # not a trtllm bundle
+    figures = lambda spec: get(spec.engine).acceptance_figures(spec)  # noqa: E731
+    assert not figures(fixed_spec("trtllm", "0.18"))
+    assert figures(fixed_spec("trtllm", "0.19"))
+    assert figures(fixed_spec("pytorch", "0.18"))  # not a trtllm bundle
     for cmd in (genai_perf_command("eagle_model", "in.jsonl", "/tok", 8, perf_metrics=False),
                 aiperf_command("eagle_model", "in.jsonl", "/tok", perf_metrics=False)):
         assert "return_perf_metrics:true" not in cmd

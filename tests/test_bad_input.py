@@ -158,29 +158,33 @@ def test_plain_bin_draft_loads(tiny_base, eagle1_draft_bin):
     assert spec.format == "eagle1" and spec.weight_format == "bin"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_unreadable_config(tmp_path, tiny_base):
-    d = copy(tiny_base, tmp_path / "b")
-    (d / "config.json").chmod(0)
-    with pytest.raises(EagleTrtError, match="permission denied"):
-        ModelSpec.from_dir(d)
-
-
-def test_unreadable_weights_as_root_is_reported_by_errno(tmp_path, tiny_base, monkeypatch):
-    """Emulates an unreadable file where the tests run as root (chmod 000 does not stop root)."""
+def make_unreadable(path, monkeypatch) -> None:
+    """chmod 000 where that stops the reader; as root (whom modes do not stop) every open of `path` raises the
+    EACCES error a non-root reader would get, so the test runs the same checks either way."""
+    if os.geteuid() != 0:
+        path.chmod(0)
+        return
     import builtins
+    import io
 
-    d = copy(tiny_base, tmp_path / "b")
     real_open = builtins.open
 
-    def deny(path, *a, **k):
-        if str(path).endswith("model.safetensors"):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, *a, **k)
+    def deny(file, *a, **k):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *a, **k)
 
     monkeypatch.setattr(builtins, "open", deny)
-    with pytest.raises(EagleTrtError, match="permission denied"):
+    monkeypatch.setattr(io, "open", deny)  # pathlib opens through io.open
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_unreadable_file_is_reported_by_name(tmp_path, tiny_base, monkeypatch, name):
+    d = copy(tiny_base, tmp_path / "b")
+    make_unreadable(d / name, monkeypatch)
+    with pytest.raises(EagleTrtError, match="permission denied") as err:
         ModelSpec.from_dir(d)
+    assert name in str(err.value)
 
 
 def draft_case(name, tmp, tiny_base):

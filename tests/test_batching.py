@@ -10,23 +10,23 @@ from eagle_trt.runtime import EagleDecoder
 from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
 from eagle_trt.runtime.batching import Batcher
 from eagle_trt.runtime.model import BaseCall
-from eagle_trt.tree import resolve
+from eagle_trt.tree_config import resolve
 
 PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
 
 
 @pytest.fixture(scope="module")
-def int8_engine(tiny_base, eagle1_draft):
+def int8_decoder(tiny_base, eagle1_draft):
     return EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=128)
 
 
-def _plain_alone(engine, prompt, n):
-    return engine.with_tree("chain:1", speculative=False).generate_all(prompt, n).token_ids
+def _plain_alone(decoder, prompt, n):
+    return decoder.with_tree("chain:1", speculative=False).generate_all(prompt, n).token_ids
 
 
 def test_packed_forward_equals_separate_forwards(tiny_base):
-    engine = EagleDecoder.load(tiny_base, None, tree="chain:1", max_seq_len=64)
-    base = engine.base
+    decoder = EagleDecoder.load(tiny_base, None, tree="chain:1", max_seq_len=64)
+    base = decoder.base
     a, b = torch.tensor([5, 17, 42]), torch.tensor([9, 1])  # [3], [2]
     caches = [base.new_cache(64), base.new_cache(64)]
     with torch.inference_mode():
@@ -40,10 +40,10 @@ def test_packed_forward_equals_separate_forwards(tiny_base):
     assert caches[1].k[:, :, 2:].abs().sum() == 0  # b wrote its 2 rows into its own cache only
 
 
-def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_engine):
+def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_decoder):
     """Four requests admitted at once: the policy gives them different trees (and plain decoding); every output
     equals the same engine's plain int8 decoding of that prompt alone, token for token."""
-    batcher = Batcher(int8_engine, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;none"))
+    batcher = Batcher(int8_decoder, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;none"))
     slots = [batcher.start(p, 12, key=i) for i, p in enumerate(PROMPTS)]
     assert [s.tree_label for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "none"]
     assert slots[0].tree == resolve("chain:3") and slots[3].tree is None
@@ -55,12 +55,12 @@ def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_engine):
         rounds += 1
     assert all(s.done and s.error is None for s in slots)
     for i, prompt in enumerate(PROMPTS):
-        assert tokens[i] == _plain_alone(int8_engine, prompt, 12), f"request {i} ({slots[i].tree_label})"
+        assert tokens[i] == _plain_alone(int8_decoder, prompt, 12), f"request {i} ({slots[i].tree_label})"
     assert rounds <= 13  # one base forward per round for all four, not one per request
 
 
-def test_requests_join_and_leave_between_rounds(int8_engine):
-    batcher = Batcher(int8_engine, max_batch=2, policy=LoadPolicy.parse("chain:3"))
+def test_requests_join_and_leave_between_rounds(int8_decoder):
+    batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3"))
     first = batcher.start(PROMPTS[0], 20, key="first")
     batcher.round()
     batcher.round()
@@ -72,12 +72,12 @@ def test_requests_join_and_leave_between_rounds(int8_engine):
         for slot, step in batcher.round():
             out[slot.key] += step.token_ids
     assert late.done and first.done
-    assert out["late"] == _plain_alone(int8_engine, PROMPTS[2], 6)
+    assert out["late"] == _plain_alone(int8_decoder, PROMPTS[2], 6)
     assert len(batcher.spare) == 2  # caches reused by the next requests
 
 
-def test_cancel_frees_the_slot(int8_engine):
-    batcher = Batcher(int8_engine, max_batch=1, policy=LoadPolicy.parse("chain:2"))
+def test_cancel_frees_the_slot(int8_decoder):
+    batcher = Batcher(int8_decoder, max_batch=1, policy=LoadPolicy.parse("chain:2"))
     slot = batcher.start(PROMPTS[0], 50)
     batcher.round()
     batcher.cancel(slot)
@@ -106,8 +106,8 @@ def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base,
     smallest spare that fits is reused; outputs stay those of plain decoding alone, also at a bucket's edge."""
     from eagle_trt.runtime.batching import MIN_CACHE_TOKENS
 
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=1024)
-    batcher = Batcher(engine, max_batch=2, policy=LoadPolicy.parse("chain:3;none"))
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=1024)
+    batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;none"))
     (own,) = batcher.spare  # the decoder's own caches, max_seq_len long
     own_room = EagleDecoder.cache_lengths(1024, 3)
     assert (own[0].max_len, own[1].max_len) == own_room
@@ -120,8 +120,8 @@ def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base,
         for slot, step in batcher.round():
             out[slot.key] += step.token_ids
     assert first.error is None and edge.error is None
-    assert out["first"] == _plain_alone(engine, PROMPTS[0], 12)
-    assert out["edge"] == _plain_alone(engine, [7] * (2 * MIN_CACHE_TOKENS - 20), 20)
+    assert out["first"] == _plain_alone(decoder, PROMPTS[0], 12)
+    assert out["edge"] == _plain_alone(decoder, [7] * (2 * MIN_CACHE_TOKENS - 20), 20)
     small = batcher.start(PROMPTS[1], 4)  # fits both spares: gets the smaller
     assert small.caches is edge.caches
     batcher.cancel(small)
@@ -129,5 +129,5 @@ def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base,
     assert big.caches is own
     batcher.cancel(big)
     for n in range(4):  # at most max_batch + 1 spares are kept; the smallest go first
-        batcher._keep((engine.base.new_cache(10 + n), engine.draft.new_cache(10 + n)))
+        batcher._keep((decoder.base.new_cache(10 + n), decoder.draft.new_cache(10 + n)))
     assert len(batcher.spare) == 3 and own in batcher.spare and edge.caches in batcher.spare

@@ -88,7 +88,7 @@ def test_bench_compares_drafts_on_the_same_prompts(tiny_base, eagle1_draft, eagl
 
 
 def test_second_turn_is_the_conversation_with_the_first_answer():
-    from eagle_trt.datasets import conversation
+    from eagle_trt.chat import conversation
 
     assert conversation(["q1", "q2"], ["a1"]) == [{"role": "user", "content": "q1"},
                                                   {"role": "assistant", "content": "a1"},

@@ -15,9 +15,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import builders
-from eagle_trt.build.checkpoint import convert
+from eagle_trt.engines.trtllm_checkpoint import convert
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.engines import create_spec
 
 LAYER_PARTS = {"mlp.fc.weight": "mlp.gate_proj.weight", "mlp.gate.weight": "mlp.up_proj.weight",
                "mlp.proj.weight": "mlp.down_proj.weight", "attention.dense.weight": "self_attn.o_proj.weight",
@@ -29,7 +30,7 @@ def trt_spec(base, draft, **options) -> BuildSpec:
     """The validated trtllm BuildSpec convert() takes; the defaults are the convert command's."""
     options = {"dtype": "float16", "num_eagle_layers": 4, "max_draft_len": 63, "max_non_leaves_per_layer": 10,
                **options}
-    return BuildSpec.create(base, draft, engine="trtllm", tree=f"chain:{options['num_eagle_layers']}", **options)
+    return create_spec(base, draft, engine="trtllm", tree=f"chain:{options['num_eagle_layers']}", **options)
 
 
 def hf(d):
@@ -178,8 +179,8 @@ def test_interrupted_conversion_leaves_no_checkpoint(tmp_path, sig):
                                                                   intermediate_size=1536))
     draft = builders.make_eagle1_draft(tmp_path / "bd", big)
     out = tmp_path / "ckpt"
-    code = ("from eagle_trt.build.checkpoint import convert; from eagle_trt.build_spec import BuildSpec; "
-            f"spec = BuildSpec.create({str(big)!r}, {str(draft)!r}, engine='trtllm', tree='chain:8', tp_size=2, "
+    code = ("from eagle_trt.engines.trtllm_checkpoint import convert; from eagle_trt.engines import create_spec; "
+            f"spec = create_spec({str(big)!r}, {str(draft)!r}, engine='trtllm', tree='chain:8', tp_size=2, "
             "dtype='float32', num_eagle_layers=8); "
             f"convert(spec, {str(out)!r}, progress=lambda d, t, n: __import__('time').sleep(0.01))")
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -25,13 +25,12 @@ import yaml
 from click.testing import CliRunner
 
 from eagle_trt import metrics as M
-from eagle_trt.backend import BACKEND_OLDEST, ENGINE_PATH_LAST
+from eagle_trt.engines.trtllm_backend import BACKEND_OLDEST, ENGINE_PATH_LAST
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.deploy import DASHBOARD_FILE, DeployOptions, check_bundle, write_deploy
-from eagle_trt.deploy.images import TRTLLM_CONTAINERS
+from eagle_trt.engines.images import TRTLLM_CONTAINERS
 from eagle_trt.deploy.observability import grafana_dashboard, prometheus_rule_groups, promql_exprs
-from eagle_trt.model_repository.layout import LLMAPI_MODEL_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 KUBECTL_PLACES = (os.environ.get("EAGLE_TRT_KUBECTL"), REPO / ".tools/kubectl-1.20/usr/bin/kubectl",
@@ -91,8 +90,9 @@ def _triton(objects: dict) -> tuple[dict, dict]:
 
 def test_kubectl_1_20_renders_every_overlay(rendered, bundles):
     expected_images = {"pytorch": "eagle-trt-triton:26.07-py3",
-                       "trtllm": "nvcr.io/nvidia/tritonserver:25.05-trtllm-python-py3",  # TensorRT-LLM 0.19.0
-                       "llmapi": "eagle-trt-triton:26.07-trtllm-python-py3",  # derived: the OpenAI route
+                       # derived: our pre/postprocessing and acceptance steps import eagle-trt
+                       "trtllm": "eagle-trt-triton:25.05-trtllm-python-py3",  # TensorRT-LLM 0.19.0
+                       "llmapi": "eagle-trt-triton:26.07-trtllm-python-py3",
                        "vllm": "nvcr.io/nvidia/tritonserver:26.08-vllm-python-py3"}
     for engine, objects in rendered.items():
         assert set(objects) == CORE_KINDS | CRD_KINDS, engine
@@ -214,18 +214,21 @@ def test_the_init_check_passes_a_whole_bundle_and_names_what_is_missing(bundles,
 
     ok = check(bundles["pytorch"], "--engine", "pytorch")
     assert ok.returncode == 0 and "bundle OK" in ok.stdout
-    assert check_bundle.SPEC_FILE == SPEC_FILE and check_bundle.LLMAPI_MODEL_SOURCE == str(LLMAPI_MODEL_DIR)
+    assert check_bundle.SPEC_FILE == SPEC_FILE
     wrong = check(bundles["pytorch"], "--engine", "trtllm")
     assert wrong.returncode == 1 and "overlays/pytorch" in wrong.stderr
     engines = check(bundles["trtllm"], "--engine", "trtllm", "--backend-version", "0.19")  # a dry run: no engines
     assert engines.returncode == 1 and "rank1.engine" in engines.stderr and "build_engines.sh" in engines.stderr
     version = check(bundles["trtllm"], "--engine", "trtllm", "--backend-version", "1.2")
     assert version.returncode == 1 and "TensorRT-LLM 0.19" in version.stderr
-    moved = tmp_path / "moved"
+    moved = tmp_path / "moved"  # the base no longer where the build read it
     shutil.copytree(bundles["pytorch"], moved)
-    spec = json.loads((moved / SPEC_FILE).read_text())
-    spec["base"]["path"] = str(tmp_path / "not-here")
-    (moved / SPEC_FILE).write_text(json.dumps(spec))
+    listed = moved / "deploy" / check_bundle.REQUIRED_PATHS_FILE
+    paths = json.loads(listed.read_text())
+    for entry in paths["paths"]:
+        if entry["what"] == "base model directory":
+            entry["path"] = str(tmp_path / "not-here")
+    listed.write_text(json.dumps(paths))
     gone = check(moved, "--engine", "pytorch")
     assert gone.returncode == 1 and f"missing base model directory: {tmp_path / 'not-here'}" in gone.stderr
     assert check(tmp_path / "nothing", "--engine", "pytorch").returncode == 1
@@ -241,6 +244,20 @@ def test_pytorch_on_a_gpu_requests_one_and_the_cpu_none(bundles, tmp_path):
         assert limits.get("nvidia.com/gpu", 0) == gpus
         assert "FROM nvcr.io/nvidia/tritonserver:26.07-py3" in (out / "deploy/image/Dockerfile").read_text()
     assert prometheus_rule_groups(["eagle_engine"])[0]["rules"][0]["expr"].count('model=~"eagle_engine"') == 2
+
+
+def test_every_derived_image_installs_eagle_trt_once(bundles, tmp_path):
+    """Our python models import eagle_trt: every bundle whose Triton runs them builds a derived image that installs it
+    once; vLLM's runs none (its own image), unless the OpenAI route needs eagle-trt in front."""
+    for engine, bundle in bundles.items():
+        dockerfile = bundle / "deploy/image/Dockerfile"
+        assert dockerfile.exists() == (engine != "vllm"), engine
+        if engine != "vllm":
+            assert dockerfile.read_text().count("/opt/eagle-trt") == 2, engine  # COPY, then one install
+    spec = BuildSpec.load(bundles["vllm"])
+    write_deploy(spec, tmp_path / "vllm", bundles["vllm"], DeployOptions(openai_port=9000))
+    text = (tmp_path / "vllm/deploy/image/Dockerfile").read_text()
+    assert "FROM nvcr.io/nvidia/tritonserver:26.08-vllm-python-py3" in text and text.count("/opt/eagle-trt") == 2
 
 
 @pytest.mark.parametrize("args, message", [

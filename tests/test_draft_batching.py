@@ -16,18 +16,18 @@ PROMPTS = [[5, 17, 42, 9], [3, 3, 8], [100, 7, 64, 12, 33, 2, 11], [21]]
 
 
 @pytest.fixture(scope="module", params=["eagle1", "eagle3"])
-def engine(request, tiny_base):
+def decoder(request, tiny_base):
     draft = request.getfixturevalue(f"{request.param}_draft")
     return EagleDecoder.load(tiny_base, draft, tree="chain:3", dtype="int8", max_seq_len=128)
 
 
-def _run_batched(engine, policy: str, n: int, sampling=SamplingParams()):
+def _run_batched(decoder, policy: str, n: int, sampling=SamplingParams()):
     """Every prompt admitted at once; returns (tokens per request, trees, rounds, draft forwards)."""
-    head = getattr(engine.draft, engine.draft.layer_module).mlp  # called once per draft forward
+    head = getattr(decoder.draft, decoder.draft.layer_module).mlp  # called once per draft forward
     forwards = []
     hook = head.register_forward_hook(lambda *_: forwards.append(1))
     try:
-        batcher = Batcher(engine, max_batch=len(PROMPTS), policy=LoadPolicy.parse(policy))
+        batcher = Batcher(decoder, max_batch=len(PROMPTS), policy=LoadPolicy.parse(policy))
         slots = [batcher.start(p, n, SamplingParams(sampling.temperature, sampling.top_k, sampling.top_p,
                                                      None if sampling.seed is None else sampling.seed + i), key=i)
                  for i, p in enumerate(PROMPTS)]
@@ -42,17 +42,17 @@ def _run_batched(engine, policy: str, n: int, sampling=SamplingParams()):
     return tokens, [s.tree for s in slots], rounds, len(forwards)
 
 
-def _alone(engine, tree, prompt, n, sampling=SamplingParams()):
+def _alone(decoder, tree, prompt, n, sampling=SamplingParams()):
     """`tree`: a TreeConfig, a --tree value, or None / "none" for plain decoding."""
     plain = tree is None or tree == "none"
-    view = engine.with_tree("chain:1" if plain else tree, speculative=not plain)
+    view = decoder.with_tree("chain:1" if plain else tree, speculative=not plain)
     return view.generate_all(prompt, n, sampling).token_ids
 
 
-def test_packed_draft_forward_equals_each_call_alone(engine):
+def test_packed_draft_forward_equals_each_call_alone(decoder):
     """Two requests' draft calls (different prefixes, a tree block with a mask, top-k of different k) in one
     forward: outputs, top-k and the K/V written equal each call run alone, bit for bit."""
-    draft, hidden = engine.draft, engine.base.args.hidden_size
+    draft, hidden = decoder.draft, decoder.base.args.hidden_size
     gen = torch.Generator().manual_seed(0)
     feats = draft.base_features(torch.randn(9, hidden, generator=gen),
                                 torch.randn(9, 3 * hidden, generator=gen) if draft.format == "eagle3" else None)
@@ -77,32 +77,32 @@ def test_packed_draft_forward_equals_each_call_alone(engine):
 
 @pytest.mark.parametrize("policy", ["chain:3", "dynamic:2,2,4", "chain:3;dynamic:2,2,4;static:[[0],[1],[0,0]];none"],
                          ids=["static", "dynamic", "mixed"])
-def test_packed_drafting_greedy_equals_plain_decoding_alone(engine, policy):
+def test_packed_drafting_greedy_equals_plain_decoding_alone(decoder, policy):
     """Greedy: every request equals plain decoding of its prompt alone (and the same tree alone); the draft forwards
     of all requests are packed, so a round runs as many draft forwards as the deepest tree needs, not one per
     request and depth."""
-    tokens, trees, rounds, forwards = _run_batched(engine, policy, 12)
+    tokens, trees, rounds, forwards = _run_batched(decoder, policy, 12)
     for i, prompt in enumerate(PROMPTS):
-        plain = _alone(engine, "none", prompt, 12)
+        plain = _alone(decoder, "none", prompt, 12)
         assert tokens[i] == plain, f"request {i} ({trees[i]})"
-        assert _alone(engine, trees[i], prompt, 12) == plain
+        assert _alone(decoder, trees[i], prompt, 12) == plain
     assert forwards <= 3 * rounds, (forwards, rounds)  # 3: the update + one forward per expanded depth (at most 2)
     assert rounds <= 13
 
 
 @pytest.mark.parametrize("policy", ["dynamic:2,2,4", "chain:3;dynamic:2,2,4;chain:2;none"], ids=["dynamic", "mixed"])
-def test_packed_drafting_sampling_equals_each_request_alone(engine, policy):
+def test_packed_drafting_sampling_equals_each_request_alone(decoder, policy):
     """Seeded sampling: each request's tokens equal the same request (tree, seed) run alone."""
     sampling = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=11)
-    tokens, trees, _, _ = _run_batched(engine, policy, 16, sampling)
+    tokens, trees, _, _ = _run_batched(decoder, policy, 16, sampling)
     for i, prompt in enumerate(PROMPTS):
-        alone = _alone(engine, trees[i], prompt, 16, SamplingParams(temperature=0.9, top_k=50, top_p=0.95, seed=11 + i))
+        alone = _alone(decoder, trees[i], prompt, 16, SamplingParams(temperature=0.9, top_k=50, top_p=0.95, seed=11 + i))
         assert tokens[i] == alone, f"request {i} ({trees[i]})"
     assert len({tuple(t) for t in tokens.values()}) == len(PROMPTS)  # the requests did not all sample the same
 
 
-def test_no_draft_cache_is_swapped(engine):
+def test_no_draft_cache_is_swapped(decoder):
     """The draft module's own cache is never replaced by a request's: requests carry theirs in their calls."""
-    own = engine.draft.cache
-    _run_batched(engine, "chain:3;dynamic:2,2,4", 6)
-    assert engine.draft.cache is own
+    own = decoder.draft.cache
+    _run_batched(decoder, "chain:3;dynamic:2,2,4", 6)
+    assert decoder.draft.cache is own

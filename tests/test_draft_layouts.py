@@ -38,7 +38,7 @@ def trained(tmp_path_factory):
         res = CliRunner().invoke(main, ["train-draft", "--base", str(base), "--prompts", str(prompts), "-o",
                                         str(root / fmt), "--format", fmt, "--max-prompts", "24", "--gen-tokens", "32",
                                         "--epochs", "60", "--batch-size", "256", "--lr", "3e-3", "--ttt-steps", "4",
-                                        "--draft-vocab", "300", "--gen-batch-size", "8"])
+                                        "--draft-vocab-size", "300", "--gen-batch-size", "8"])
         assert res.exit_code == 0, res.output
         drafts[fmt] = root / fmt
     from transformers import AutoTokenizer
@@ -52,8 +52,8 @@ def trained(tmp_path_factory):
 
 def _run(base, draft, ids, tree=TREE, dtype="float32"):
     """(outputs, accepted lengths) over the prompts."""
-    engine = EagleDecoder.load(base, draft, tree=tree, dtype=dtype)
-    results = [engine.generate_all(x, 32) for x in ids]
+    decoder = EagleDecoder.load(base, draft, tree=tree, dtype=dtype)
+    results = [decoder.generate_all(x, 32) for x in ids]
     return [r.token_ids for r in results], [a for r in results for a in r.stats.accepted_lengths]
 
 

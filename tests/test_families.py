@@ -32,10 +32,10 @@ def drafts(bases, tmp_path_factory):
             for v, base in bases.items()}
 
 
-def _logits(engine: EagleDecoder, ids: list[int]) -> torch.Tensor:
+def _logits(decoder: EagleDecoder, ids: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        engine.base.setup_cache(len(ids) + 8)
-        return engine.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
+        decoder.base.setup_cache(len(ids) + 8)
+        return decoder.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
 
 
 def test_each_config_is_read_as_transformers_reads_it(bases):
@@ -59,11 +59,11 @@ def test_each_config_is_read_as_transformers_reads_it(bases):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_fp32_logits_and_greedy_output_equal_transformers(bases, variant):
     base = bases[variant]
-    engine = EagleDecoder.load(base, None)
+    decoder = EagleDecoder.load(base, None)
     ids = PROMPT + list(range(60, 68))
-    ours, theirs = _logits(engine, ids), hf_builders.hf_logits(base, ids)
+    ours, theirs = _logits(decoder, ids), hf_builders.hf_logits(base, ids)
     assert torch.allclose(ours, theirs, atol=1e-4, rtol=0), (ours - theirs).abs().max()
-    assert engine.generate_all(PROMPT, NEW).token_ids == hf_builders.hf_greedy(base, PROMPT, NEW)
+    assert decoder.generate_all(PROMPT, NEW).token_ids == hf_builders.hf_greedy(base, PROMPT, NEW)
 
 
 @pytest.mark.parametrize("variant", ["mistral_v01", "qwen2_window"])
@@ -91,8 +91,8 @@ def test_eagle_equals_plain_decoding(bases, drafts, variant, dtype):
     plain = EagleDecoder.load(bases[variant], None, dtype=dtype).generate_all(PROMPT, NEW).token_ids
     e1, e3 = drafts[variant]
     for draft, tree in ((e1, "chain:3"), (e1, "dynamic:3,2,4"), (e3, "static:[[0],[1],[0,0],[0,1],[1,0]]")):
-        engine = EagleDecoder.load(bases[variant], draft, tree=tree, dtype=dtype)
-        assert engine.generate_all(PROMPT, NEW).token_ids == plain, (draft.name, tree)
+        decoder = EagleDecoder.load(bases[variant], draft, tree=tree, dtype=dtype)
+        assert decoder.generate_all(PROMPT, NEW).token_ids == plain, (draft.name, tree)
 
 
 @pytest.mark.parametrize("variant", ["llama"] + VARIANTS)
@@ -173,14 +173,15 @@ def test_a_rope_we_do_not_compute_is_refused(tiny_base, eagle1_draft, tmp_path, 
 def test_refusal_hints_name_only_routes_that_run_the_pair(bases, drafts):
     """Qwen3 + an EAGLE-1 draft through the LLM API: the hint may not send the user to the TensorRT-LLM engine path
     (Llama only) but to the engines that run this very pair."""
-    from eagle_trt.spec import DraftSpec, check_compatibility
+    from eagle_trt.engines import compatibility
+    from eagle_trt.spec import DraftSpec
 
     base, draft = ModelSpec.from_dir(bases["qwen3"]), DraftSpec.from_dir(drafts["qwen3"][0])
-    (problem,) = check_compatibility(base, draft, "llmapi")
+    (problem,) = compatibility(base, draft, "llmapi")
     assert problem.message == "TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only"
     assert problem.hint.startswith("this pair runs with --engine pytorch or --engine vllm;")
     assert "trtllm" not in problem.hint and "train-draft --format eagle3" in problem.hint
-    assert not check_compatibility(base, DraftSpec.from_dir(drafts["qwen3"][1]), "llmapi")  # EAGLE-3: it runs
+    assert not compatibility(base, DraftSpec.from_dir(drafts["qwen3"][1]), "llmapi")  # EAGLE-3: it runs
 
 
 @pytest.mark.parametrize("engine", ["llmapi", "vllm"])

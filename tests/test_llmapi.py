@@ -16,13 +16,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from eagle_trt.build import llmapi
+from eagle_trt.engines import create_spec, get, llmapi_config as llmapi
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
 from eagle_trt.draft_layouts import standard_capture_layers
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.llmapi_release import llmapi_release
-from eagle_trt.tree import resolve
+from eagle_trt.engines.llmapi_release import llmapi_release
+from eagle_trt.tree_config import resolve
 
 # Eagle3DecodingConfig / DecodingBaseConfig fields we may write (llm_args.py at fcd3f316); "decoding_type" selects it
 EAGLE3_FIELDS = {"decoding_type", "max_draft_len", "max_total_draft_tokens", "speculative_model", "eagle_choices",
@@ -76,7 +76,7 @@ def test_layers_trtllm_cannot_name_are_refused():
 ])
 def test_tree_mapping(arg, fields):
     release = llmapi_release("1.3")  # the last release line with static trees
-    assert llmapi.tree_fields(resolve(arg, "llmapi", "1.3"), release) == fields
+    assert llmapi.tree_fields(get("llmapi").tree(arg, "1.3"), release) == fields
     assert set(fields) <= EAGLE3_FIELDS and set(fields) <= release.fields
 
 
@@ -86,11 +86,11 @@ def test_dynamic_trees_trtllm_refuses(arg, tiny_base, eagle3_draft):
     with pytest.raises(EagleTrtError, match=r"DEPTH\+1 <= TOKENS <= TOPK x \(DEPTH\+1\)"):
         llmapi.tree_fields(resolve(arg), llmapi_release())
     with pytest.raises(EagleTrtError, match=r"tree: TensorRT-LLM's dynamic tree needs"):
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg)
+        create_spec(tiny_base, eagle3_draft, engine="llmapi", tree=arg)
 
 
 def test_yaml_round_trip_and_keys(tiny_base, eagle3_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="static:eagle_default")
+    spec = create_spec(tiny_base, eagle3_draft, engine="llmapi", tree="static:eagle_default")
     path = llmapi.write_llmapi_config(spec, tmp_path / "1" / "model.yaml")
     data = yaml.safe_load(path.read_text())
     assert data == llmapi.model_yaml(spec)  # the file is the dict, through a YAML library
@@ -114,12 +114,12 @@ def test_a_draft_naming_its_layers(tiny_base, eagle3_draft, tmp_path):
     shutil.copytree(eagle3_draft, draft)
     cfg = json.loads((draft / "config.json").read_text())
     (draft / "config.json").write_text(json.dumps(cfg | {"eagle_aux_hidden_state_layer_ids": [1, 2, 2]}))
-    spec = BuildSpec.create(tiny_base, draft, engine="llmapi")
+    spec = create_spec(tiny_base, draft, engine="llmapi")
     assert spec.draft.capture_layers == (1, 2, 2)
     assert llmapi.speculative_config(spec)["eagle3_layers_to_capture"] == [0, 1, 1]
     (draft / "config.json").write_text(json.dumps(cfg | {"eagle_aux_hidden_state_layer_ids": "2,3"}))
     with pytest.raises(EagleTrtError, match="not a list of layer indices"):
-        BuildSpec.create(tiny_base, draft, engine="llmapi")
+        create_spec(tiny_base, draft, engine="llmapi")
 
 
 def test_build_dry_run_writes_the_repository(tiny_base, eagle3_draft, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 
 from eagle_trt.client.triton import GenerationReply, _add, _NUMPY_TYPES, llmapi_body, new_text, request_body
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository.layout import LLMAPI_INPUTS
+from eagle_trt.engines.llmapi import LLMAPI_INPUTS
 from eagle_trt.perf.aiperf_run import _read_raw
 
 

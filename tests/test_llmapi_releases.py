@@ -18,12 +18,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from eagle_trt.build import llmapi
+from eagle_trt.engines import create_spec, llmapi_config as llmapi
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.cli import main
-from eagle_trt.deploy.images import TRTLLM_CONTAINERS, dockerfile, serving_image
+from eagle_trt.deploy.images import dockerfile, serving_image
+from eagle_trt.engines.images import TRTLLM_CONTAINERS
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.llmapi_release import DEFAULT_LLMAPI_VERSION, LLMAPI_RELEASES, llmapi_release
+from eagle_trt.engines.llmapi_release import DEFAULT_LLMAPI_VERSION, LLMAPI_RELEASES, llmapi_release
 
 COMMON = {"max_draft_len", "max_total_draft_tokens", "speculative_model", "max_concurrency", "draft_len_schedule",
           "load_format", "allow_advanced_sampling", "decoding_type", "use_dynamic_tree", "dynamic_tree_max_topK",
@@ -58,7 +59,7 @@ def test_each_release_has_the_field_set_of_its_source():
 def test_bundles_write_only_their_release_fields(tiny_base, eagle3_draft, tmp_path, tree, version):
     if version not in TREES[tree]:
         with pytest.raises(EagleTrtError, match=f"TensorRT-LLM {version} has no"):
-            BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version=version)
+            create_spec(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version=version)
         return
     out = tmp_path / "bundle"
     res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle3_draft), "-o", str(out),
@@ -69,33 +70,35 @@ def test_bundles_write_only_their_release_fields(tiny_base, eagle3_draft, tmp_pa
         assert set(speculative) <= FIELDS[version], set(speculative) - FIELDS[version]
         if version == "1.4":
             assert not REMOVED_IN_14 & set(speculative)
-    assert BuildSpec.load(out).llmapi_version == version
+    assert BuildSpec.load(out).backend_version == version
 
 
 def test_a_static_tree_on_14_is_refused_with_the_nearest_tree_it_runs(tiny_base, eagle3_draft):
     tree = "static:[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0]]"  # depth 3, 7 nodes, 3 children at the root
     with pytest.raises(EagleTrtError, match="TensorRT-LLM 1.4 has no static trees") as err:
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version="1.4")
+        create_spec(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version="1.4")
     assert "--tree dynamic:2,3,7" in err.value.hint and "chain:3" in err.value.hint
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="dynamic:2,3,7", backend_version="1.4")
+    spec = create_spec(tiny_base, eagle3_draft, engine="llmapi", tree="dynamic:2,3,7", backend_version="1.4")
     assert llmapi.speculative_config(spec)["max_total_draft_tokens"] == 7
-    BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version="1.3")  # 1.3 still has it
+    create_spec(tiny_base, eagle3_draft, engine="llmapi", tree=tree, backend_version="1.3")  # 1.3 still has it
 
 
-@pytest.mark.parametrize("version, derived, installs", [("1.2", False, None), ("1.3", True, "1.3.0rc29"),
-                                                         ("1.4", True, "1.4.0rc4")])
-def test_the_deploy_image_ships_the_release(tiny_base, eagle3_draft, version, derived, installs):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", backend_version=version)
+@pytest.mark.parametrize("version, installs", [("1.2", None), ("1.3", "1.3.0rc29"), ("1.4", "1.4.0rc4")])
+def test_the_deploy_image_ships_the_release(tiny_base, eagle3_draft, version, installs):
+    """1.2's Triton container ships TensorRT-LLM; 1.3 / 1.4 are installed on the newest one, with their own LLM-API
+    model files; every one adds eagle-trt, which the acceptance steps import."""
+    spec = create_spec(tiny_base, eagle3_draft, engine="llmapi", backend_version=version)
     image = serving_image(spec, openai=False)
-    assert image.derived == derived and image.base == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    assert image.derived and image.base == "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+    text = dockerfile(image)
+    assert "pip install --no-cache-dir --no-deps /opt/eagle-trt" in text
     if installs:
-        text = dockerfile(image, spec)
         assert f'"tensorrt_llm=={installs}"' in text and f"--branch v{installs}" in text
         assert "triton_backend/all_models/llmapi" in text and installs in image.image
     else:
-        assert image.image == image.base
+        assert "tensorrt_llm==" not in text and image.image == "eagle-trt-triton:26.07-trtllm-python-py3"
 
 
 def test_backend_version_is_refused_where_no_release_applies(tiny_base, eagle1_draft):
     with pytest.raises(EagleTrtError, match="names the TensorRT-LLM release of a trtllm or llmapi bundle"):
-        BuildSpec.create(tiny_base, eagle1_draft, engine="pytorch", backend_version="1.3")
+        create_spec(tiny_base, eagle1_draft, engine="pytorch", backend_version="1.3")

@@ -23,13 +23,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from eagle_trt.build import llmapi
-from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines import create_spec, get, llmapi_config as llmapi
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.llmapi_release import llmapi_release
+from eagle_trt.engines.llmapi_release import llmapi_release
 from eagle_trt.load_policy import LoadPolicy
-from eagle_trt.tree import resolve
 
 RELEASE = "1.3"  # sa_config exists from 1.3 (llmapi_release); the pins below were read at 0004396, 1.3's line
 R = llmapi_release(RELEASE)
@@ -108,7 +106,7 @@ def test_the_checker_catches_each_bound(sc, problem):
 
 
 def test_suffix_becomes_sa_config():
-    fields = llmapi.tree_fields(resolve("chain:4+suffix:3,4", "llmapi", RELEASE), R)
+    fields = llmapi.tree_fields(get("llmapi").tree("chain:4+suffix:3,4", RELEASE), R)
     assert fields == {"max_draft_len": 4, "sa_config": {"threshold": 3, "enable_global_pool": False}}
     assert trtllm_problems(fields) == []
 
@@ -122,11 +120,11 @@ def test_suffix_becomes_sa_config():
 ])
 def test_suffix_trtllm_cannot_mean_the_same_is_refused(arg, message, tiny_base, eagle3_draft):
     with pytest.raises(EagleTrtError, match=message):
-        resolve(arg, "llmapi", RELEASE)
+        get("llmapi").tree(arg, RELEASE)
     with pytest.raises(EagleTrtError, match=message):
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree=arg, backend_version=RELEASE)
+        create_spec(tiny_base, eagle3_draft, engine="llmapi", tree=arg, backend_version=RELEASE)
     if "MIN_MATCH" not in message:
-        resolve(arg, "pytorch")  # our own engine runs it as written
+        get("pytorch").tree(arg)  # our own engine runs it as written
 
 
 @pytest.mark.parametrize("tree, policy, schedule", [
@@ -138,7 +136,7 @@ def test_suffix_trtllm_cannot_mean_the_same_is_refused(arg, message, tiny_base, 
     ("dynamic:3,2,4", "dynamic:3,2,4", None),
 ])
 def test_load_policy_becomes_draft_len_schedule(tree, policy, schedule):
-    cfg, parsed = resolve(tree, "llmapi", RELEASE), LoadPolicy.parse(policy)
+    cfg, parsed = get("llmapi").tree(tree, RELEASE), LoadPolicy.parse(policy)
     written = llmapi.draft_len_schedule(parsed, cfg, MAX_BATCH, R)
     assert written == schedule
     sc = llmapi.tree_fields(cfg, R) | ({} if written is None else {"draft_len_schedule": written})
@@ -164,7 +162,7 @@ def test_load_policy_becomes_draft_len_schedule(tree, policy, schedule):
     ("chain:4+suffix:3,4", "chain:4+suffix:3,4;none", {1: 4, 8: 0}, "floored to 1 for SA-enhanced drafts"),
 ])
 def test_policies_trtllm_cannot_express_are_refused(tree, policy, naive, message):
-    cfg = resolve(tree, "llmapi", RELEASE)
+    cfg = get("llmapi").tree(tree, RELEASE)
     if naive is not None and "floored" not in message:  # what a plain translation would write: TensorRT-LLM refuses
         assert trtllm_problems(llmapi.tree_fields(cfg, R) | {"draft_len_schedule": naive})
     with pytest.raises(EagleTrtError, match=message) as err:
@@ -173,7 +171,7 @@ def test_policies_trtllm_cannot_express_are_refused(tree, policy, naive, message
 
 
 def test_yaml_carries_sa_config_and_schedule(tiny_base, eagle3_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:4+suffix:3,4",
+    spec = create_spec(tiny_base, eagle3_draft, engine="llmapi", tree="chain:4+suffix:3,4",
                             backend_version=RELEASE)
     assert spec.max_batch_size == MAX_BATCH
     policy = "chain:4+suffix:3,4;chain:4+suffix:3,4;chain:2+suffix:3,2;chain:1+suffix:3,1"
@@ -207,6 +205,6 @@ def test_build_writes_them_or_stops_before_any_work(tiny_base, eagle3_draft, tmp
 def test_suffix_needs_a_release_with_sa_config(tiny_base, eagle3_draft):
     """1.2's Eagle3DecodingConfig has no sa_config (it arrived in 1.3): refused there, pointing at 1.3."""
     with pytest.raises(EagleTrtError, match="sa_config arrived in 1.3") as err:
-        BuildSpec.create(tiny_base, eagle3_draft, engine="llmapi", tree="chain:3+suffix:2,3", backend_version="1.2")
+        create_spec(tiny_base, eagle3_draft, engine="llmapi", tree="chain:3+suffix:2,3", backend_version="1.2")
     assert "--backend-version 1.3" in err.value.hint
     assert "sa_config" not in llmapi_release("1.2").fields

@@ -1,5 +1,5 @@
 """eagle_trt.metrics: the names follow Prometheus conventions, and a scrape's text reads back into the counters
-perf differences (the real endpoint's text is read in tests/test_server_metrics.py)."""
+perf differences (the real endpoint's text is read in tests/server/test_server_metrics.py)."""
 
 import pytest
 

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.model_repository import ServingOptions, configs as C, write_model_repository
-from eagle_trt.spec import ENGINES as ENGINE_KINDS
+from eagle_trt.engines import NAMES as ENGINE_KINDS, write_model_repository
+from eagle_trt.model_repository import ServingOptions, configs as C
 
 from builders import fixed_build_spec
 
@@ -132,15 +133,18 @@ def test_shared_values_come_from_the_spec(tmp_path):
     repo = write_repo("pytorch", tmp_path)
     sizes = {p.parent.name: C.parse(p.read_text()).max_batch_size for p in repo.glob("*/config.pbtxt")}
     assert set(sizes.values()) == {8}
-    pre = C.parse((repo / "preprocessing" / "config.pbtxt").read_text())
-    params = {k: v.string_value for k, v in pre.parameters.items()}
-    assert params == {"tokenizer_dir": "/models/base", "chat_template": "true", "end_ids": "2,7",
-                      "max_input_len": "1024", "max_seq_len": "2048", "add_special_tokens": "true"}
-    eagle = {k: v.string_value for k, v in C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
-             .parameters.items()}
-    base = {k: v.string_value for k, v in C.parse((repo / "base_engine" / "config.pbtxt").read_text())
-            .parameters.items()}
-    assert eagle["draft_dir"] == "/models/draft" and base["draft_dir"] == ""
+    params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
+                     .parameters.items()} for name in ("preprocessing", "postprocessing", "eagle_engine", "base_engine")}
+    # every python model reads its values from the bundle's spec; config.pbtxt names the spec and adds only what
+    # differs between the two engine models (speculation, the trees by batch size) and the serving knobs
+    spec_file = "/bundle/eagle_trt_spec.json"
+    assert params["preprocessing"] == params["postprocessing"] == {"bundle_spec": spec_file}
+    eagle, base = params["eagle_engine"], params["base_engine"]
+    assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "threads", "engines_sharing"}
+    assert eagle["bundle_spec"] == base["bundle_spec"] == spec_file
+    assert (eagle["speculative"], base["speculative"]) == ("true", "false")
+    assert {k: v for k, v in eagle.items() if k not in ("speculative", "load_policy")} == \
+        {k: v for k, v in base.items() if k not in ("speculative", "load_policy")}
     assert (repo / "eagle_engine" / "1" / "model.py").read_text() == (repo / "base_engine" / "1" / "model.py").read_text()
 
 
@@ -199,13 +203,6 @@ def test_stop_words_round_trip(python_models):
     assert python_models.engine.unpack_stop_words(python_models.pre.pack_stop_words([])) == []
 
 
-def test_find_stop(python_models):
-    find = python_models.engine.find_stop
-    assert find([1, 2, 3, 4], [[3, 4]], 0) == 2
-    assert find([1, 2, 3, 4], [[4, 5]], 0) is None
-    assert find([3, 4, 9, 3, 4], [[3, 4]], 3) == 3  # only stops that end in the new tokens
-
-
 def test_incremental_detokenizer_chunks_are_valid_utf8(python_models, tiny_base):
     from transformers import AutoTokenizer
 
@@ -259,8 +256,9 @@ def test_build_writes_a_bundle_and_refuses_to_overwrite(tiny_base, eagle1_draft,
                                                 "eagle_engine", "base_engine"}
     assert _ensemble_problems(repo) == []
     engine = C.parse((repo / "eagle_engine" / "config.pbtxt").read_text())
-    assert engine.parameters["base_dir"].string_value == str(Path(tiny_base).resolve())
-    assert engine.parameters["max_seq_len"].string_value == "512" and engine.max_batch_size == 4
+    served = BuildSpec.load(engine.parameters["bundle_spec"].string_value)  # what the engine model builds from
+    assert served.base.path == Path(tiny_base).resolve() and served.draft.path == Path(eagle1_draft).resolve()
+    assert served.max_seq_len == 512 and engine.max_batch_size == served.max_batch_size == 4
 
     marker = out / "keep.txt"
     marker.write_text("user data")
@@ -292,7 +290,7 @@ UPSTREAM_LLMAPI_INPUTS = {
     "sampling_param_exclude_input_from_output": "TYPE_BOOL", "sampling_param_return_perf_metrics": "TYPE_BOOL",
     "return_finish_reason": "TYPE_BOOL"}
 # the upstream config.pbtxt declares the perf metrics as FP32 / INT32 / INT64, but its model.py builds each with
-# text_output's dtype (np.object_: BYTES) in every release read (eagle_trt.llmapi_release): we declare what it sends
+# text_output's dtype (np.object_: BYTES) in every release read (eagle_trt.engines.llmapi_release): we declare what it sends
 UPSTREAM_LLMAPI_OUTPUTS = {"text_output": "TYPE_STRING", "finish_reason": "TYPE_STRING",
                            "acceptance_rate": "TYPE_STRING", "total_accepted_draft_tokens": "TYPE_STRING",
                            "total_draft_tokens": "TYPE_STRING", "arrival_time_ns": "TYPE_STRING"}
@@ -354,7 +352,7 @@ def test_load_policy_in_the_repository(tmp_path):
     """The engine config records the load policy: auto = the runtime tree, then the measured tail; the base engine
     decodes plainly at every batch size; a bad policy is refused naming the tree."""
     from eagle_trt.load_policy import AUTO_TAIL, LoadPolicy
-    from eagle_trt.tree import TreeConfig, resolve
+    from eagle_trt.tree_config import resolve
 
     repo = tmp_path / "repo"
     write_model_repository(fixed_spec("pytorch"), repo, bundle_dir=Path("/bundle"))
@@ -363,15 +361,14 @@ def test_load_policy_in_the_repository(tmp_path):
     eagle = LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"]))
     assert eagle.to_arg() == ";".join(("dynamic:5,8,48", *AUTO_TAIL))
     assert LoadPolicy.from_list(json.loads(params["base_engine"]["load_policy"])).trees == (None,)
-    stored_tree = TreeConfig.from_dict(json.loads(params["eagle_engine"]["tree"]))
-    assert stored_tree == eagle.trees[0] == resolve("dynamic:5,8,48")
+    assert fixed_spec("pytorch").tree == eagle.trees[0] == resolve("dynamic:5,8,48")  # batch 1: the bundle's tree
     with pytest.raises(EagleTrtError, match="load policy 'chain:2;chain:x'"):
         ServingOptions(load_policy="chain:2;chain:x").validate()
 
 
 def test_auto_load_policy_keeps_the_trees_suffix_candidates():
     from eagle_trt.load_policy import AUTO_TAIL, LoadPolicy
-    from eagle_trt.tree import Suffix, resolve
+    from eagle_trt.tree_config import Suffix, resolve
 
     policy = LoadPolicy.auto(resolve("dynamic:3,2,4+suffix:2,6"))
     assert [t.suffix for t in policy.trees] == [Suffix(2, 6)] * (1 + len(AUTO_TAIL))

@@ -22,39 +22,32 @@ import quant_builders as qb
 from readme_tables import readme_table
 from eagle_trt.build_spec import SPEC_FILE, BuildSpec
 from eagle_trt.cli import main
-from eagle_trt.llmapi_release import LLMAPI_RELEASES
+from eagle_trt.engines.llmapi_release import LLMAPI_RELEASES
 from eagle_trt.runtime import EagleDecoder
-from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
+from eagle_trt.engines import compatibility
+from eagle_trt.spec import DraftSpec, ModelSpec
 
 START, END = "<!-- quantization-table:start -->", "<!-- quantization-table:end -->"
-# README row -> (writer, algo, arguments), one per scheme a user brings
+# README row -> (quant_builders.SCHEMES name, arguments changed), one per scheme a user brings
 ROWS = {
-    "Model-Optimizer FP8 (+ FP8 KV cache)": ("modelopt", "FP8", {"kv_fp8": True}),
-    "Model-Optimizer FP8 per-channel": ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN", {}),
-    "Model-Optimizer NVFP4": ("modelopt", "NVFP4", {}),
-    "Model-Optimizer INT4 AWQ (W4A16)": ("modelopt", "W4A16_AWQ", {}),
-    "Model-Optimizer W4A8 AWQ": ("modelopt", "W4A8_AWQ", {}),
-    "Model-Optimizer INT8 SmoothQuant": ("modelopt", "W8A8_SQ_PER_CHANNEL", {}),
-    "compressed-tensors FP8 (per tensor, static)": ("ct", "FP8", {}),
-    "compressed-tensors FP8 dynamic (per channel)": ("ct", "FP8_DYNAMIC", {}),
-    "compressed-tensors FP8 blocks": ("ct", "FP8_BLOCK", {"block": [32, 32]}),
-    "compressed-tensors W4A16 (pack-quantized)": ("ct", "W4A16", {"group_size": 32}),
-    "compressed-tensors W8A8 INT8": ("ct", "W8A8", {}),
-    "compressed-tensors NVFP4": ("ct", "NVFP4", {}),
-    "AutoAWQ INT4 (GEMM)": ("awq", None, {}),
-    "GPTQ INT4 (v1)": ("gptq", None, {}),
-    "transformers FP8 (128x128 blocks)": ("fp8", None, {"block": 128}),
+    "Model-Optimizer FP8 (+ FP8 KV cache)": ("modelopt-fp8-kv", {}),
+    "Model-Optimizer FP8 per-channel": ("modelopt-fp8-channel", {}),
+    "Model-Optimizer NVFP4": ("modelopt-nvfp4", {}),
+    "Model-Optimizer INT4 AWQ (W4A16)": ("modelopt-w4a16-awq", {}),
+    "Model-Optimizer W4A8 AWQ": ("modelopt-w4a8-awq", {}),
+    "Model-Optimizer INT8 SmoothQuant": ("modelopt-int8-sq", {}),
+    "compressed-tensors FP8 (per tensor, static)": ("ct-fp8", {}),
+    "compressed-tensors FP8 dynamic (per channel)": ("ct-fp8-dynamic", {}),
+    "compressed-tensors FP8 blocks": ("ct-fp8-block", {}),
+    "compressed-tensors W4A16 (pack-quantized)": ("ct-w4a16", {}),
+    "compressed-tensors W8A8 INT8": ("ct-w8a8-int8", {}),
+    "compressed-tensors NVFP4": ("ct-nvfp4", {}),
+    "AutoAWQ INT4 (GEMM)": ("awq-gemm", {}),
+    "GPTQ INT4 (v1)": ("gptq-v1", {}),
+    "transformers FP8 (128x128 blocks)": ("fp8-blocks", {"block": 128}),  # on the wide base: 128-row blocks
 }
 COLUMNS = [("trtllm", None)] + [("llmapi", r.version) for r in LLMAPI_RELEASES.values()] + [("pytorch", None),
                                                                                           ("vllm", None)]
-
-
-def write(writer: str, source: Path, path: Path, algo, kwargs) -> Path:
-    if writer == "modelopt":
-        return qb.write_modelopt(source, path, algo, **kwargs)[0]
-    if writer == "ct":
-        return qb.write_compressed_tensors(source, path, algo, **kwargs)
-    return {"awq": qb.write_awq, "gptq": qb.write_gptq, "fp8": qb.write_fp8_blocks}[writer](source, path, **kwargs)[0]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +65,8 @@ def wide_source(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bases(source, wide_source, tmp_path_factory):
     root = tmp_path_factory.mktemp("routes")
-    return {row: write(writer, wide_source if writer == "fp8" else source, root / f"row{i}", algo, kwargs)
-            for i, (row, (writer, algo, kwargs)) in enumerate(ROWS.items())}
+    return {row: qb.write_scheme(name, wide_source if name == "fp8-blocks" else source, root / f"row{i}", **changed)[0]
+            for i, (row, (name, changed)) in enumerate(ROWS.items())}
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +84,7 @@ def render(bases, drafts) -> str:
         base, draft = ModelSpec.from_dir(base_dir), DraftSpec.from_dir(drafts[row])
         cells = []
         for engine, version in COLUMNS:
-            problems = check_compatibility(base, draft, engine, version)
+            problems = compatibility(base, draft, engine, version)
             if problems:
                 message = problems[0].message.split(": ", 1)[1]  # the reason, without "the X engine does not run ..."
                 cells.append(f"refused ({notes.setdefault(message, len(notes) + 1)})")
@@ -129,7 +122,7 @@ def test_llmapi_bundle_passes_the_quantized_base_through(bases, drafts, tmp_path
     speculative = model["speculative_config"]
     assert speculative["speculative_model"] == str(drafts[row].resolve())  # the draft stays unquantized
     assert set(speculative) <= LLMAPI_RELEASES[tuple(map(int, version.split(".")))].fields
-    assert spec.llmapi_version == version and spec.base.quantization == ModelSpec.from_dir(bases[row]).quantization
+    assert spec.backend_version == version and spec.base.quantization == ModelSpec.from_dir(bases[row]).quantization
     assert (out / "perf").is_dir() and any((out / "perf").iterdir())
 
 

@@ -24,30 +24,6 @@ from eagle_trt.spec import ModelSpec
 PROMPT = list(range(5, 37))
 NEW = 24
 
-# name -> (writer, its arguments): every layout eagle-trt dequantizes
-SCHEMES = {
-    "modelopt-fp8": ("modelopt", "FP8", {}),
-    "modelopt-fp8-kv": ("modelopt", "FP8", {"kv_fp8": True}),
-    "modelopt-fp8-channel": ("modelopt", "FP8_PER_CHANNEL_PER_TOKEN", {}),
-    "modelopt-nvfp4": ("modelopt", "NVFP4", {}),
-    "modelopt-w4a16-awq": ("modelopt", "W4A16_AWQ", {}),
-    "modelopt-w4a8-awq": ("modelopt", "W4A8_AWQ", {}),
-    "modelopt-int8-sq": ("modelopt", "W8A8_SQ_PER_CHANNEL", {}),
-    "ct-fp8": ("ct", "FP8", {}),
-    "ct-fp8-dynamic": ("ct", "FP8_DYNAMIC", {}),
-    "ct-fp8-block": ("ct", "FP8_BLOCK", {"block": [32, 32]}),
-    "ct-w4a16": ("ct", "W4A16", {"group_size": 32}),
-    "ct-w4a16-asym": ("ct", "W4A16_ASYM", {"group_size": 32}),
-    "ct-w8a16": ("ct", "W8A16", {"group_size": 32}),
-    "ct-w8a8-int8": ("ct", "W8A8", {}),
-    "ct-nvfp4": ("ct", "NVFP4", {}),
-    "awq-gemm": ("awq", None, {}),
-    "gptq-v1": ("gptq", None, {}),
-    "gptq-v2-act-order": ("gptq", None, {"v2": True, "act_order": True}),
-    "fp8-blocks": ("fp8", None, {}),
-}
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
     return hf_builders.make_hf_base(tmp_path_factory.mktemp("quant_src") / "llama31", "llama31")
@@ -58,26 +34,18 @@ def quantized(source, tmp_path_factory):
     """name -> (checkpoint dir, {module: oracle weight}), written once per module."""
     root = tmp_path_factory.mktemp("quantized")
     out = {}
-    for name, (writer, algo, kwargs) in SCHEMES.items():
-        path = root / name
-        if writer == "modelopt":
-            out[name] = (qb.write_modelopt(source, path, algo, **kwargs)[0], qb.decode_modelopt(path))
-        elif writer == "ct":
-            out[name] = (qb.write_compressed_tensors(source, path, algo, **kwargs), None)
-            out[name] = (path, qb.compressed_tensors_oracle(path))
-        else:
-            out[name] = {"awq": qb.write_awq, "gptq": qb.write_gptq, "fp8": qb.write_fp8_blocks}[writer](
-                source, path, **kwargs)
+    for name in qb.SCHEMES:
+        out[name] = qb.write_scheme(name, source, root / name)
     return out
 
 
-def _logits(engine: EagleDecoder, ids: list[int]) -> torch.Tensor:
+def _logits(decoder: EagleDecoder, ids: list[int]) -> torch.Tensor:
     with torch.inference_mode():
-        engine.base.setup_cache(len(ids) + 8)
-        return engine.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
+        decoder.base.setup_cache(len(ids) + 8)
+        return decoder.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", list(qb.SCHEMES))
 def test_dequantized_weights_equal_the_oracles(quantized, name):
     path, oracle = quantized[name]
     spec = ModelSpec.from_dir(path)
@@ -91,19 +59,19 @@ def test_dequantized_weights_equal_the_oracles(quantized, name):
                 module, (ours - weight).abs().max())
 
 
-@pytest.mark.parametrize("name", list(SCHEMES))
+@pytest.mark.parametrize("name", list(qb.SCHEMES))
 def test_engine_equals_transformers_on_the_dequantized_weights(quantized, name):
     path, oracle = quantized[name]
-    engine = EagleDecoder.load(path, None)
+    decoder = EagleDecoder.load(path, None)
     reference = qb.transformers_on(path, oracle)
     ids = PROMPT + list(range(60, 68))
     with torch.no_grad():
         theirs = reference(torch.tensor([ids])).logits[0]
         expected = reference.generate(torch.tensor([PROMPT]), max_new_tokens=NEW, min_new_tokens=NEW,
                                       do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(PROMPT):].tolist()
-    ours = _logits(engine, ids)
+    ours = _logits(decoder, ids)
     assert torch.allclose(ours, theirs, atol=1e-4, rtol=0), (ours - theirs).abs().max()
-    assert engine.generate_all(PROMPT, NEW).token_ids == expected
+    assert decoder.generate_all(PROMPT, NEW).token_ids == expected
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
@@ -114,8 +82,8 @@ def test_eagle_equals_plain_on_a_quantized_base(quantized, tmp_path, name, dtype
     plain = EagleDecoder.load(path, None, dtype=dtype).generate_all(PROMPT, NEW).token_ids
     draft = builders.make_eagle3_draft(tmp_path / "draft", path)
     for tree in ("chain:3", "dynamic:3,2,4"):
-        engine = EagleDecoder.load(path, draft, tree=tree, dtype=dtype)
-        assert engine.generate_all(PROMPT, NEW).token_ids == plain, tree
+        decoder = EagleDecoder.load(path, draft, tree=tree, dtype=dtype)
+        assert decoder.generate_all(PROMPT, NEW).token_ids == plain, tree
 
 
 def test_nvfp4_equals_compressed_tensors_own_decompression_in_bf16(quantized):

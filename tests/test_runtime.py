@@ -8,7 +8,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime import EagleDecoder, SamplingParams
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.drafting import dynamic_tree, run_alone
-from runtime_helpers import OracleDraft, tiny_engine
+from runtime_helpers import OracleDraft, tiny_decoder
 
 TREES = ["chain:1", "chain:4", "static:mc_sim_7b_63", "static:eagle_default", "static:[[0],[1],[0,0],[0,1],[1,0]]",
          "dynamic:3,4,10", "dynamic:5,8,48", "chain:2+suffix:1,4", "dynamic:3,4,10+suffix:2,6"]
@@ -17,16 +17,16 @@ PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
 
 @pytest.fixture(scope="module")
 def plain_outputs(tiny_base):
-    engine = EagleDecoder.load(tiny_base, None)
-    return {tuple(p): engine.generate_all(p, 48).token_ids for p in PROMPTS}
+    decoder = EagleDecoder.load(tiny_base, None)
+    return {tuple(p): decoder.generate_all(p, 48).token_ids for p in PROMPTS}
 
 
 @pytest.mark.parametrize("tree", TREES)
 @pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle1_draft_nobias", "eagle3_draft"])
 def test_greedy_identity_with_random_draft(request, tiny_base, plain_outputs, tree, draft_name):
-    engine = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
+    decoder = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
     for prompt in PROMPTS:
-        result = engine.generate_all(prompt, 48)
+        result = decoder.generate_all(prompt, 48)
         assert result.token_ids == plain_outputs[tuple(prompt)]
         assert result.finish_reason == "length" and len(result.token_ids) == 48
         lengths = result.stats.accepted_lengths  # the root from prefill, then each step's tokens; the last one cut
@@ -35,10 +35,10 @@ def test_greedy_identity_with_random_draft(request, tiny_base, plain_outputs, tr
 
 def test_suffix_candidates_are_verified_and_accepted(tiny_base, eagle1_draft, plain_outputs):
     """The tiny model's greedy text repeats itself: the automaton proposes, the base accepts some, output unchanged."""
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1+suffix:2,8")
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1+suffix:2,8")
     proposed = accepted = 0
     for prompt in PROMPTS:
-        result = engine.generate_all(prompt, 48)
+        result = decoder.generate_all(prompt, 48)
         assert result.token_ids == plain_outputs[tuple(prompt)]
         proposed += result.stats.num_suffix_tokens
         accepted += result.stats.num_accepted_suffix_tokens
@@ -63,9 +63,9 @@ def test_plain_decoding_equals_hf_transformers(tiny_base, plain_outputs):
 def test_oracle_draft_reaches_tree_depth(tiny_base, plain_outputs, tree, depth):
     prompt = PROMPTS[0]
     seq = prompt + plain_outputs[tuple(prompt)]
-    engine = EagleDecoder.load(tiny_base, None, tree=tree)
-    engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
-    result = engine.generate_all(prompt, 48)
+    decoder = EagleDecoder.load(tiny_base, None, tree=tree)
+    decoder = decoder.with_draft(OracleDraft(seq, decoder.base.args.vocab_size))
+    result = decoder.generate_all(prompt, 48)
     assert result.token_ids == plain_outputs[tuple(prompt)]
     lengths = result.stats.accepted_lengths
     assert all(a == depth + 1 for a in lengths[:-1]), lengths  # every full step accepts a whole path
@@ -78,9 +78,9 @@ def test_stop_token_inside_accepted_path(tiny_base, plain_outputs):
     seq = prompt + plain_outputs[tuple(prompt)]
     stop = plain_outputs[tuple(prompt)][10]
     first = plain_outputs[tuple(prompt)].index(stop)
-    engine = EagleDecoder.load(tiny_base, None, tree="chain:6")
-    engine.draft = OracleDraft(seq, engine.base.args.vocab_size)
-    result = engine.generate_all(prompt, 48, stop_token_ids=[stop])
+    decoder = EagleDecoder.load(tiny_base, None, tree="chain:6")
+    decoder = decoder.with_draft(OracleDraft(seq, decoder.base.args.vocab_size))
+    result = decoder.generate_all(prompt, 48, stop_token_ids=[stop])
     assert result.token_ids == plain_outputs[tuple(prompt)][: first + 1]
     assert result.finish_reason == "stop"
 
@@ -88,9 +88,9 @@ def test_stop_token_inside_accepted_path(tiny_base, plain_outputs):
 @pytest.mark.parametrize("budget", [1, 2, 5, 7, 13])
 def test_max_tokens_is_exact_with_long_accepts(tiny_base, plain_outputs, budget):
     prompt = PROMPTS[0]
-    engine = EagleDecoder.load(tiny_base, None, tree="chain:6")
-    engine.draft = OracleDraft(prompt + plain_outputs[tuple(prompt)], engine.base.args.vocab_size)
-    result = engine.generate_all(prompt, budget)
+    decoder = EagleDecoder.load(tiny_base, None, tree="chain:6")
+    decoder = decoder.with_draft(OracleDraft(prompt + plain_outputs[tuple(prompt)], decoder.base.args.vocab_size))
+    result = decoder.generate_all(prompt, budget)
     assert result.token_ids == plain_outputs[tuple(prompt)][:budget] and result.finish_reason == "length"
 
 
@@ -98,42 +98,42 @@ def test_stop_string(tiny_base, eagle1_draft):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3")
-    full = engine.generate_all(PROMPTS[0], 30)
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3")
+    full = decoder.generate_all(PROMPTS[0], 30)
     text = tok.decode(full.token_ids)
     needle = text[len(text) // 2: len(text) // 2 + 2]
-    cut = engine.generate_all(PROMPTS[0], 30, stop_strings=[needle], tokenizer=tok)
+    cut = decoder.generate_all(PROMPTS[0], 30, stop_strings=[needle], tokenizer=tok)
     assert cut.finish_reason == "stop" and needle in tok.decode(cut.token_ids)
     assert needle not in tok.decode(cut.token_ids[:-1])
     assert cut.token_ids == full.token_ids[: len(cut.token_ids)]
 
 
 def test_streaming_steps_concatenate_to_the_result(tiny_base, eagle1_draft):
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
-    steps = list(engine.generate(PROMPTS[1], 20))
-    assert [t for s in steps for t in s.token_ids] == engine.generate_all(PROMPTS[1], 20).token_ids
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    steps = list(decoder.generate(PROMPTS[1], 20))
+    assert [t for s in steps for t in s.token_ids] == decoder.generate_all(PROMPTS[1], 20).token_ids
     assert steps[-1].finish_reason == "length" and all(s.finish_reason is None for s in steps[:-1])
 
 
 def test_seeded_sampling_is_reproducible(tiny_base, eagle1_draft):
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="dynamic:3,4,10")
     params = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=7)
-    a = engine.generate_all(PROMPTS[0], 30, params).token_ids
-    assert a == engine.generate_all(PROMPTS[0], 30, params).token_ids
-    assert a != engine.generate_all(PROMPTS[0], 30, SamplingParams(temperature=0.9, seed=8)).token_ids
+    a = decoder.generate_all(PROMPTS[0], 30, params).token_ids
+    assert a == decoder.generate_all(PROMPTS[0], 30, params).token_ids
+    assert a != decoder.generate_all(PROMPTS[0], 30, SamplingParams(temperature=0.9, seed=8)).token_ids
 
 
 def test_dynamic_tree_node_count_and_parents_first():
-    engine = tiny_engine("dynamic:4,3,12", vocab=50)
-    engine.base.setup_cache(64)
+    decoder = tiny_decoder("dynamic:4,3,12", vocab=50)
+    decoder.base.setup_cache(64)
     prompt = [1, 2, 3, 4]
     torch.manual_seed(0)
     ids = torch.tensor(prompt)
-    _, hidden, _ = engine.base(ids, torch.arange(4), 0)
-    cache = engine.draft.cache
-    root = engine.draft.forward_packed([DraftCall(torch.tensor([2, 3, 4, 5]), hidden, torch.arange(4), 0, cache,
+    _, hidden, _ = decoder.base(ids, torch.arange(4), 0)
+    cache = decoder.draft.cache
+    root = decoder.draft.forward_packed([DraftCall(torch.tensor([2, 3, 4, 5]), hidden, torch.arange(4), 0, cache,
                                                   top_k=3, last_only=True)])[0]
-    tree = run_alone(engine.draft, dynamic_tree(4, 3, 12, 5, root, 4, cache))
+    tree = run_alone(decoder.draft, dynamic_tree(4, 3, 12, 5, root, 4, cache))
     assert tree.num_draft_tokens == 12 and tree.tokens[0].item() == 5
     assert all(0 <= p < i for i, p in enumerate(tree.parents) if i)  # parents come first
     assert tree.depths.max().item() <= 5
@@ -143,18 +143,19 @@ def test_dynamic_tree_node_count_and_parents_first():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"max_new_tokens": 0}, "positive integer"),
-    ({"max_new_tokens": -3}, "positive integer"),
+    ({"max_new_tokens": 0}, "'max_new_tokens' must be between 1 and 509"),
+    ({"max_new_tokens": -3}, "'max_new_tokens' must be between 1"),
+    ({"max_new_tokens": 2.5}, "'max_new_tokens' must be an integer"),
     ({"input_ids": []}, "empty"),
-    ({"input_ids": [10**6]}, "outside the vocabulary"),
-    ({"input_ids": list(range(5, 300)) * 2}, "exceeds the cache"),
+    ({"input_ids": [10**6]}, "'input_ids' must be between 0 and"),
+    ({"input_ids": list(range(5, 300)) * 2}, r"max_seq_len 512 minus 590 prompt tokens"),
     ({"stop_strings": ["x"]}, "need a tokenizer"),
 ])
 def test_bad_requests(tiny_base, eagle1_draft, kwargs, words):
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:2", max_seq_len=512)
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:2", max_seq_len=512)
     args = {"input_ids": [5, 6, 7], "max_new_tokens": 10} | kwargs
     with pytest.raises(EagleTrtError, match=words):
-        engine.generate_all(**args)
+        decoder.generate_all(**args)
 
 
 def test_bad_sampling_params():

@@ -1,6 +1,6 @@
 """Greedy identity on the real model: SmolLM2-135M-Instruct (fp32) with our trained drafts, EAGLE output equals plain
 decoding token for token on all 80 MT-bench first turns (EAGLE-1 draft, dynamic tree) and all 164 HumanEval prompts
-(EAGLE-3 draft, chain tree); in int8 (runtime/fast.py, batch-invariant) with no exception at all, on both MT-bench
+(EAGLE-3 draft, chain tree); in int8 (runtime/linears.py, batch-invariant) with no exception at all, on both MT-bench
 turns with suffix-automaton candidates merged into the tree.
 
 Batched verification and one-token decoding round differently in the last bits, so a divergence is excused only at a
@@ -30,8 +30,8 @@ def smollm2():
     return AutoTokenizer.from_pretrained(base), plain, eagle
 
 
-def top2_gap(engine, ids: list[int]) -> float:
-    logits, _, _ = engine.base(torch.tensor(ids), torch.arange(len(ids)), 0)
+def top2_gap(decoder, ids: list[int]) -> float:
+    logits, _, _ = decoder.base(torch.tensor(ids), torch.arange(len(ids)), 0)
     top = logits[-1].topk(2).values
     return float(top[0] - top[1])
 
@@ -39,8 +39,8 @@ def top2_gap(engine, ids: list[int]) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["mt-bench", "humaneval"])
 def test_eagle_equals_plain_on_smollm2(smollm2, dataset):
-    tok, plain, engines = smollm2
-    eagle = engines[dataset]
+    tok, plain, decoders = smollm2
+    eagle = decoders[dataset]
     prompts = mtbench_prompts() if dataset == "mt-bench" else humaneval_prompts()
     stop = plain.base_spec.eos_token_ids
     mismatches, lengths = [], []
@@ -66,7 +66,7 @@ def test_int8_eagle_equals_int8_plain_exactly_on_smollm2():
     the model's own first answer, here plain decoding's)."""
     from transformers import AutoTokenizer
 
-    from eagle_trt.datasets import encode_conversation
+    from eagle_trt.chat import encode_conversation
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
     from eagle_trt.runtime import EagleDecoder
 

@@ -16,7 +16,7 @@ import torch
 from eagle_trt.runtime import SamplingParams
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.runtime.verify import Acceptance, accept_sampling, sampling_probs
-from runtime_helpers import tiny_engine
+from runtime_helpers import tiny_decoder
 
 ALPHA = 1e-4
 
@@ -123,8 +123,8 @@ def test_power_a_rule_without_residual_is_caught():
 PROMPT, E2E_VOCAB, E2E_SAMPLES = [1, 5, 2, 7], 8, 10_000
 
 
-def exact_three_tokens(engine, params):
-    base = engine.base
+def exact_three_tokens(decoder, params):
+    base = decoder.base
     base.setup_cache(64)
 
     def cond(seq):
@@ -146,11 +146,11 @@ def exact_three_tokens(engine, params):
                                           ("static:[[0],[1],[0,0],[0,1]]", SamplingParams(temperature=0.7, top_p=0.9)),
                                           ("chain:1+suffix:1,3", SamplingParams(temperature=1.0))])
 def test_generation_is_lossless_end_to_end(tree, params):
-    engine = tiny_engine(tree, vocab=E2E_VOCAB, seed=3)
-    exact = exact_three_tokens(engine, params)
+    decoder = tiny_decoder(tree, vocab=E2E_VOCAB, seed=3)
+    exact = exact_three_tokens(decoder, params)
     counts, accepted, suffix_accepted = {}, 0, 0
     for seed in range(E2E_SAMPLES):
-        result = engine.generate_all(PROMPT, 3, SamplingParams(params.temperature, params.top_k, params.top_p, seed))
+        result = decoder.generate_all(PROMPT, 3, SamplingParams(params.temperature, params.top_k, params.top_p, seed))
         key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
         accepted += result.stats.num_accepted_draft_tokens

@@ -9,7 +9,7 @@ import torch
 
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
-from eagle_trt.tree import Suffix, resolve
+from eagle_trt.tree_config import Suffix, resolve
 
 
 def brute_match(tokens: list[int]) -> tuple[int, int]:

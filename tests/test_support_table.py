@@ -13,9 +13,9 @@ import builders
 import hf_builders
 import layout_builders
 from readme_tables import readme_table
-from eagle_trt.draft_layouts import served_layout_change
 from eagle_trt.runtime import EagleDecoder
-from eagle_trt.spec import ENGINES, DraftSpec, ModelSpec, check_compatibility
+from eagle_trt.engines import NAMES as ENGINES, compatibility, get
+from eagle_trt.spec import DraftSpec, ModelSpec
 
 START, END = "<!-- support-table:start -->", "<!-- support-table:end -->"
 FAMILIES = {"Llama 3.1 (transformers-5 config)": "llama31", "Mistral v0.1 (sliding window)": "mistral_v01",
@@ -51,12 +51,12 @@ def render(pairs) -> tuple[str, list[tuple]]:
         base, draft = ModelSpec.from_dir(base_dir), DraftSpec.from_dir(draft_dir)
         cells = []
         for engine in ENGINES:
-            problems = check_compatibility(base, draft, engine)
+            problems = compatibility(base, draft, engine)
             if problems:
                 number = notes.setdefault(problems[0].message, len(notes) + 1)
                 cells.append(f"refused ({number})")
             else:
-                cells.append("runs, draft rewritten" if served_layout_change(draft, engine) else "runs")
+                cells.append("runs, draft rewritten" if get(engine).served_draft_change(draft) else "runs")
                 if engine == "pytorch":
                     to_run.append((base_dir, draft_dir))
         rows.append(f"| {fam_label} | {lay_label} | " + " | ".join(cells) + " |")

@@ -58,8 +58,8 @@ def test_trained_draft_beats_a_random_one(trained, tiny_base, eagle1_draft):
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in ids]
 
     def tau(d):
-        engine = EagleDecoder.load(tiny_base, d, tree="chain:4")
-        lengths = [a for x in ids for a in engine.generate_all(x, 24).stats.accepted_lengths]
+        decoder = EagleDecoder.load(tiny_base, d, tree="chain:4")
+        lengths = [a for x in ids for a in decoder.generate_all(x, 24).stats.accepted_lengths]
         return sum(lengths) / len(lengths)
 
     assert tau(draft) > tau(eagle1_draft) + 0.2
@@ -70,14 +70,14 @@ def test_a_few_steps_lower_the_loss(tiny_base, tmp_path):
     from eagle_trt.spec import ModelSpec
     from eagle_trt.train.data import DataConfig, generate_data, load_records
     from eagle_trt.train.eagle1 import TrainConfig, evaluate, init_from_identity, train_eagle1
-    from eagle_trt.train.pipeline import _draft_spec_for
+    from eagle_trt.train.pipeline import new_draft_spec
 
     spec = ModelSpec.from_dir(tiny_base)
     paths = generate_data(tiny_base, PROMPTS[:8], tmp_path / "data", DataConfig(gen_tokens=16, shard_records=4))
     assert len(paths) == 2  # bounded shards
     records = load_records(paths)
     base = load_base(spec, torch.float32, "cpu")
-    draft = build_draft(_draft_spec_for(spec), spec, base)
+    draft = build_draft(new_draft_spec(spec), spec, base)
     init_from_identity(draft)
     cfg = TrainConfig(epochs=8, lr=3e-3, chunk_tokens=128, warmup_steps=2)
     before = evaluate(draft, base.lm_head.weight, records, cfg)["loss"]
@@ -137,7 +137,7 @@ def test_training_on_cuda(tiny_base, tmp_path, fmt):
     prompts.write_text("".join(json.dumps({"prompt": p + f" #{i}"}) + "\n" for i, p in enumerate(PROMPTS)))
     res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(prompts), "-o",
                                     str(tmp_path / "d"), "--format", fmt, "--device", "cuda", "--gen-tokens", "16",
-                                    "--epochs", "3", "--batch-size", "256", "--draft-vocab", "256", "--json"])
+                                    "--epochs", "3", "--batch-size", "256", "--draft-vocab-size", "256", "--json"])
     assert res.exit_code == 0, res.output
     assert DraftSpec.from_dir(tmp_path / "d").format == fmt
 
@@ -182,3 +182,15 @@ def test_time_budget_sets_the_number_of_steps(budget, want_steps):
     assert all(total == 40 for step, total, _ in seen if step < cfg.warmup_steps)  # 5 epochs x 8 chunks before
     if want_steps == 5:
         assert seen[-1][2] == pytest.approx(cfg.lr * 0.5 * (1 + math.cos(math.pi * 4 / 5)))  # the cosine's last step
+
+
+def test_train_draft_vocab_size_was_renamed(tiny_base, tmp_path):
+    """`--draft-vocab` means FR-Spec truncation in build/generate; train-draft's EAGLE-3 vocabulary size is
+    `--draft-vocab-size`, and the old spelling is refused by name before any work."""
+    out = tmp_path / "d"
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    res = CliRunner().invoke(main, ["train-draft", "--base", str(tiny_base), "--prompts", str(prompts), "-o",
+                                    str(out), "--format", "eagle3", "--draft-vocab", "256"])
+    assert res.exit_code == 1 and "--draft-vocab-size 256" in res.output
+    assert not out.exists() and not (tmp_path / "d.work").exists()

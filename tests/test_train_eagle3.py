@@ -17,7 +17,7 @@ from eagle_trt.spec import DraftSpec, ModelSpec
 from eagle_trt.train.data import DataConfig, generate_data, load_records
 from eagle_trt.train.eagle3 import (Eagle3TrainConfig, chunk_tensors, draft_vocabulary, evaluate3, init_from_base,
                                     train_eagle3, ttt_forward, vocab_maps)
-from eagle_trt.train.pipeline import _draft_spec_for
+from eagle_trt.train.pipeline import new_draft_spec
 
 from test_train import PROMPTS
 
@@ -77,7 +77,7 @@ def test_a_few_ttt_steps_lower_the_loss(tiny_base, records):
     base = load_base(spec, torch.float32, "cpu")
     used = draft_vocabulary(records, spec.vocab_size, 128)
     _, t2d = vocab_maps(used, spec.vocab_size)
-    draft = build_draft(_draft_spec_for(spec, "eagle3", len(used)), spec, base)
+    draft = build_draft(new_draft_spec(spec, "eagle3", len(used)), spec, base)
     init_from_base(draft, base, used)
     cfg = Eagle3TrainConfig(epochs=8, lr=3e-3, chunk_tokens=128, ttt_steps=3, warmup_steps=2)
     before = evaluate3(draft, base.lm_head.weight, t2d, records, cfg)
@@ -104,7 +104,7 @@ def trained3(tiny_base, tmp_path_factory):
         assert "captured" not in f.keys()
     (root / "d1.work").rename(root / "d3.work")
     res = CliRunner().invoke(main, common + ["-o", str(root / "d3"), "--format", "eagle3", "--epochs", "30",
-                                             "--draft-vocab", "256", "--ttt-steps", "3", "--resume"])
+                                             "--draft-vocab-size", "256", "--ttt-steps", "3", "--resume"])
     assert res.exit_code == 0, res.output
     with safe_open(str(root / "d3.work" / "data" / shard.name), "pt") as f:
         assert torch.equal(f.get_tensor("input_ids"), ids_before) and "captured" in f.keys()
@@ -139,8 +139,8 @@ def test_trained_eagle3_beats_a_random_one(trained3, tiny_base, eagle3_draft):
                add_special_tokens=False)["input_ids"] for p in PROMPTS[:4]]
 
     def run(d):
-        engine = EagleDecoder.load(tiny_base, d, tree="chain:4")
-        results = [engine.generate_all(x, 24) for x in ids]
+        decoder = EagleDecoder.load(tiny_base, d, tree="chain:4")
+        results = [decoder.generate_all(x, 24) for x in ids]
         lengths = [a for r in results for a in r.stats.accepted_lengths]
         return sum(lengths) / len(lengths), [r.token_ids for r in results]
 

@@ -5,9 +5,12 @@ import json
 import numpy as np
 import pytest
 
-from eagle_trt.build_spec import validate_for_trtllm
+from eagle_trt.build_spec import TrtllmSettings
+from eagle_trt.engines.trtllm import tree_breaches
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import DEFAULT_RUNTIME_TREE, MC_SIM_7B_63, Tree, TreeConfig, ancestor_mask, pack_mask, resolve
+from eagle_trt.tree import MC_SIM_7B_63, Tree, ancestor_mask, pack_mask
+from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
+from eagle_trt.engines import get
 
 SMALL = [[0], [1], [0, 0], [0, 1]]
 
@@ -39,7 +42,7 @@ def test_trtllm_default_tree():
     t = Tree.named("mc_sim_7b_63")
     assert t.num_nodes == 63 and t.depth == 4
     assert t.non_leaves_per_depth() == [1, 10, 10, 1]
-    validate_for_trtllm(t, num_eagle_layers=4, max_draft_len=63, max_non_leaves_per_layer=10)
+    assert tree_breaches(t, TrtllmSettings(max_draft_len=63, num_eagle_layers=4, max_non_leaves_per_layer=10)) == []
     mask = t.attention_mask()
     assert mask.shape == (64, 64) and np.array_equal(mask, np.tril(mask))  # parents first: lower-triangular
     assert pack_mask(mask).shape == (64, 2)
@@ -97,11 +100,9 @@ def test_invalid_choices(bad, words):
         Tree.from_choices(bad)
 
 
-def test_validate_for_trtllm_lists_every_breach():
+def test_trtllm_tree_breaches_are_each_named():
     t = Tree.named("mc_sim_7b_63")
-    with pytest.raises(EagleTrtError) as err:
-        validate_for_trtllm(t, num_eagle_layers=3, max_draft_len=60, max_non_leaves_per_layer=8)
-    msg = str(err.value)
+    msg = "; ".join(tree_breaches(t, TrtllmSettings(max_draft_len=60, num_eagle_layers=3, max_non_leaves_per_layer=8)))
     assert "depth 4 != num_eagle_layers 3" in msg
     assert "63 nodes > max_draft_len 60" in msg
     assert "10 non-leaf nodes" in msg and "--max-non-leaves-per-layer 10" in msg
@@ -177,14 +178,14 @@ def test_tree_config_from_dict_refuses_what_resolve_refuses(data, words):
 def test_resolve_per_engine():
     """Each engine kind's default and its own rules: TensorRT-LLM engines static trees, vLLM chains, the LLM API
     its dynamic-tree bounds."""
-    assert resolve(None, "pytorch") == resolve(DEFAULT_RUNTIME_TREE)
-    assert resolve(None, "trtllm").tree == Tree.named("mc_sim_7b_63")
-    assert resolve(None, "llmapi") == resolve(None, "vllm") == resolve("chain:3")
+    assert get("pytorch").tree(None) == resolve(DEFAULT_RUNTIME_TREE)
+    assert get("trtllm").tree(None).tree == Tree.named("mc_sim_7b_63")
+    assert get("llmapi").tree(None) == get("vllm").tree(None) == resolve("chain:3")
     with pytest.raises(EagleTrtError, match="needs a static tree"):
-        resolve("dynamic:4,2,6", "trtllm")
+        get("trtllm").tree("dynamic:4,2,6")
     with pytest.raises(EagleTrtError, match="chains only"):
-        resolve("eagle_default", "vllm")
+        get("vllm").tree("eagle_default")
     with pytest.raises(EagleTrtError, match="DEPTH\\+1 <= TOKENS"):
-        resolve("dynamic:5,8,4", "llmapi")
+        get("llmapi").tree("dynamic:5,8,4")
     cfg = resolve("dynamic:5,8,4")  # fine for our engine
-    assert resolve(cfg, "pytorch") is cfg
+    assert get("pytorch").tree(cfg) is cfg

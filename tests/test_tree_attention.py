@@ -15,8 +15,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 from eagle_trt.errors import EagleTrtError  # noqa: E402
-from eagle_trt.plugins.tree_attention import LaunchPlan, plan_splits, tree_attention  # noqa: E402
-from eagle_trt.plugins.tree_attention_ref import tree_attention_ref  # noqa: E402
+from eagle_trt.kernels.tree_attention import LaunchPlan, plan_splits, tree_attention  # noqa: E402
+from eagle_trt.kernels.tree_attention_ref import tree_attention_ref  # noqa: E402
 from eagle_trt.tree import Tree, ancestor_mask, pack_mask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -152,7 +152,7 @@ def test_full_sizes_on_gpu(hq, hkv, d, n, prefix, batch):
 def test_benchmark_script_smoke(tmp_path):
     import json as _json
 
-    from eagle_trt.plugins import bench
+    from eagle_trt.kernels import bench
 
     if DEVICE == "cuda":
         pytest.skip("the full benchmark runs by hand on GPUs")
@@ -184,7 +184,7 @@ def test_bench_kernel_command_passes_its_flags(tmp_path):
 
 
 def test_trt_plugin_is_described_and_needs_tensorrt():
-    from eagle_trt.plugins import trt_plugin
+    from eagle_trt.kernels import trt_plugin
 
     info = trt_plugin.describe_plugin()
     assert info["name"] == "eagle_trt::tree_attention" and "packed_mask" in info["inputs"]
@@ -207,7 +207,7 @@ def test_runtime_greedy_identity_with_the_kernel_on_gpu(tiny_base):
     prompt = list(range(5, 30))
     plain = EagleDecoder.load(tiny_base, None, device="cuda").generate_all(prompt, 40).token_ids
     eagle = EagleDecoder.load(tiny_base, None, tree="static:mc_sim_7b_63", device="cuda")
-    eagle.draft = OracleDraft(prompt + plain, eagle.base.args.vocab_size)
+    eagle = eagle.with_draft(OracleDraft(prompt + plain, eagle.base.args.vocab_size))
     result = eagle.generate_all(prompt, 40)
     assert result.token_ids == plain
     assert result.stats.mean_accepted_length > 4  # depth-4 paths accepted, the bonus token on top

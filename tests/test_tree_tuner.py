@@ -6,12 +6,12 @@ import json
 import pytest
 import torch
 
-from eagle_trt.tuning.calibrate import AcceptanceCounter, TuneRequest, predict, probe_tree, tune
-from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
+from eagle_trt.tuning.calibrate import AcceptanceCounter, TuneRequest, TuneResult, predict, probe_tree, tune
+from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_decoder
 from eagle_trt.tuning.tree_tuner import CostModel, grow_tree, ranked_static_trees, static_step_ms
 from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.drafting import DraftTree
-from eagle_trt.tree import TreeConfig, resolve
+from eagle_trt.tree_config import TreeConfig, resolve
 
 # p[d][r]: the draft's rank-r candidate is the base's token at depth d+1
 ACCEPT = [[0.6, 0.2, 0.1, 0.05], [0.5, 0.2, 0.1, 0.05], [0.5, 0.15, 0.1, 0.05], [0.4, 0.15, 0.1, 0.05]]
@@ -56,9 +56,11 @@ def test_step_cost_counts_verify_topk_and_draft_forwards():
 def test_predict_matches_the_choice():
     cost = FLAT
     choice = ranked_static_trees(ACCEPT, cost, max_nodes=6)[0]
-    result = {"profile": {"base_forward_ms": {"128": {"1": 10.0, "64": 10.0}}, "draft_step_ms": {"1": 0.0},
-                          "topk_ms": {"1": 0.0}},
-              "context": 128, "overhead_ms": 0.0, "plain_overhead_ms": 0.0, "candidates": [], "acceptance": ACCEPT}
+    result = TuneResult(chosen=choice.to_dict(), candidates=[], acceptance=ACCEPT, context=128,
+                        profile={"base_forward_ms": {"128": {"1": 10.0, "64": 10.0}}, "draft_step_ms": {"1": 0.0},
+                                 "topk_ms": {"1": 0.0}},
+                        overhead_ms=0.0, plain_overhead_ms=0.0, measured_plain_ms=10.0, seconds=0.0, skipped=[],
+                        budget_s=0.0, request={}, tuner_version=0)
     again = predict(result, choice.arg)
     assert again.accepted_length == pytest.approx(choice.accepted_length)
     assert again.tok_per_s == pytest.approx(choice.tok_per_s)
@@ -82,8 +84,8 @@ def test_acceptance_counter_walks_the_spine():
 
 
 def test_profile_on_tiny_models(tiny_base, eagle1_draft):
-    engine = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1", dtype="int8")
-    result = profile_engine(engine, ProfileConfig(tokens=(1, 4), contexts=(16, 64), draft_widths=(1, 2), repeats=1))
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:1", dtype="int8")
+    result = profile_decoder(decoder, ProfileConfig(tokens=(1, 4), contexts=(16, 64), draft_widths=(1, 2), repeats=1))
     assert set(result["base_forward_ms"]) == {"16", "64"}
     assert all(ms > 0 for row in result["base_forward_ms"].values() for ms in row.values())
     assert set(result["draft_step_ms"]) == {"1", "2"} and result["engine"]["dtype"] == "int8"
@@ -94,15 +96,15 @@ def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkey
     monkeypatch.setenv("EAGLE_TRT_CACHE", str(tmp_path))
     req = TuneRequest(tiny_base, eagle1_draft, dtype="int8", prompts=2, max_tokens=6, max_nodes=8)
     first = tune(req)
-    resolve(first["chosen"]["tree"])  # a valid --tree value
-    assert first["chosen"]["predicted_tok_per_s"] > 0 and len(first["acceptance"]) == 6
-    measured = {c["tree"]: c["measured_tok_per_s"] for c in first["candidates"]}
+    resolve(first.tree)  # a valid --tree value
+    assert first.chosen["predicted_tok_per_s"] > 0 and len(first.acceptance) == 6
+    measured = {c["tree"]: c["measured_tok_per_s"] for c in first.candidates}
     assert len(measured) in (10, 11) and min(measured.values()) > 0  # 3 static (+ a chain), 5 dynamic, 2 suffix
     assert sum("+suffix" in tree for tree in measured) == 2
     assert any(tree.startswith("chain:") for tree in measured)
-    assert measured[first["chosen"]["tree"]] == max(measured.values())  # the fastest measured is the choice
+    assert measured[first.tree] == max(measured.values())  # the fastest measured is the choice
     files = list((tmp_path / "tuning").glob("*.json"))
-    assert len(files) == 1 and json.loads(files[0].read_text())["chosen"] == first["chosen"]
+    assert len(files) == 1 and TuneResult.from_dict(json.loads(files[0].read_text())) == first
     assert tune(req) == first  # read back, not measured again
 
 
@@ -120,6 +122,6 @@ def test_build_defaults_to_the_tuned_tree_and_records_it(tiny_base, eagle1_draft
     saved = json.loads((out / "eagle_trt_spec.json").read_text())
     assert saved["dtype"] == "int8" and resolve(saved["tree_tuning"]["tree"]) == TreeConfig.from_dict(saved["tree"])
     assert saved["tree_tuning"]["predicted_tok_per_s"] > 0 and saved["tree_tuning"]["dtype"] == "int8"
-    engine = C.parse((out / "model_repository" / "eagle_engine" / "config.pbtxt").read_text())
-    assert json.loads(engine.parameters["tree"].string_value) == saved["tree"]
-    assert engine.parameters["dtype"].string_value == "int8"
+    config = C.parse((out / "model_repository" / "eagle_engine" / "config.pbtxt").read_text())
+    assert config.parameters["bundle_spec"].string_value == str(out.resolve() / "eagle_trt_spec.json")  # it serves
+    assert config.parameters["speculative"].string_value == "true"  # the spec's tree, at the spec's dtype

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eagle_trt.build import trtllm
-from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines import create_spec, trtllm_build as trtllm
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
 
@@ -18,7 +17,7 @@ FAKE = Path(__file__).parent / "fake_trtllm"
 
 @pytest.fixture
 def spec(tiny_base, eagle1_draft):
-    return BuildSpec.create(tiny_base, eagle1_draft, engine="trtllm", max_seq_len=512, max_input_len=256,
+    return create_spec(tiny_base, eagle1_draft, engine="trtllm", max_seq_len=512, max_input_len=256,
                             max_batch_size=4, dtype="float16")
 
 
@@ -61,7 +60,7 @@ def test_stand_in_rejects_a_broken_contract(spec, tmp_path, monkeypatch):
 
 
 def test_dry_run_converts_and_returns_commands(spec, tmp_path):
-    result = trtllm.build_trtllm_engines(spec, tmp_path, dry_run=True)
+    result = trtllm.build_trtllm_engines(spec, tmp_path, build=False)
     assert not result.ran and (tmp_path / "checkpoint/eagle/rank0.safetensors").exists()
     assert (tmp_path / "checkpoint/base/config.json").exists()
     assert result.commands["eagle"][0] == "trtllm-build" and not (tmp_path / "engines").exists()

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from eagle_trt.build import trtllm
+from eagle_trt.engines import create_spec, trtllm_build as trtllm
 from eagle_trt.build.bundle import plan_build
-from eagle_trt.build.trtllm_env import TrtllmInstall
-from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines.trtllm_install import TrtllmInstall
 from eagle_trt.cli import main
 from eagle_trt.errors import EagleTrtError
 
@@ -117,7 +116,7 @@ def test_cli_stops_before_any_heavy_work(install_trtllm, tiny_base, eagle1_draft
 
 
 def test_engine_build_refuses_a_new_trtllm_before_converting(install_trtllm, tiny_base, eagle1_draft, tmp_path):
-    spec = BuildSpec.create(tiny_base, eagle1_draft, engine="trtllm", dtype="float16")
+    spec = create_spec(tiny_base, eagle1_draft, engine="trtllm", dtype="float16")
     install_trtllm("1.3.0", trtllm_build=False)
     with pytest.raises(EagleTrtError, match="has no TensorRT engine path"):
         trtllm.build_trtllm_engines(spec, tmp_path / "b")

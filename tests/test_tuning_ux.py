@@ -19,9 +19,9 @@ def test_budget_skips_candidates_and_progress_reaches_the_end(tiny_base, eagle1_
     calls = []
     req = TuneRequest(tiny_base, eagle1_draft, dtype="int8", prompts=2, max_tokens=6, max_nodes=8, budget_s=0.0)
     result = tune(req, progress=lambda done, total, what: calls.append((done, total, what)))
-    assert [c["tree"] for c in result["candidates"]] == [DYNAMIC_GRID[0]]  # the first dynamic tree always runs
-    assert result["chosen"]["tree"] == DYNAMIC_GRID[0]
-    assert set(DYNAMIC_GRID[1:]) <= set(result["skipped"]) and len(result["skipped"]) >= len(DYNAMIC_GRID)
+    assert [c["tree"] for c in result.candidates] == [DYNAMIC_GRID[0]]  # the first dynamic tree always runs
+    assert result.tree == DYNAMIC_GRID[0]
+    assert set(DYNAMIC_GRID[1:]) <= set(result.skipped) and len(result.skipped) >= len(DYNAMIC_GRID)
     assert [c[0] for c in calls] == list(range(1, TUNE_STAGES + 1)) and {c[1] for c in calls} == {TUNE_STAGES}
 
 

@@ -1,11 +1,11 @@
 """BuildSpec: every value a bundle is built from, validated once and saved as OUT/eagle_trt_spec.json.
 
-`eagle-trt build` creates it with `BuildSpec.create(base_dir, draft_dir, **options)`; every build step
-(checkpoint conversion, trtllm-build, the Triton model repository, the perf harness) reads this one object, so
-max_batch_size, the tree, dtype and paths cannot disagree between engines and configs. The tree is stored resolved
-(`tree.resolve`: a static tree's choices inline), so it means the same wherever the bundle is read. At serve time
-the python engine model reads the values the repository's config.pbtxt carries (model_repository/layout.py), and
-the perf harness reads the saved spec. Variants are made with `dataclasses.replace`, never by mutation.
+The engine kind makes it (`engines.create_spec(base_dir, draft_dir, engine=..., **options)`: its tree rules, its
+dtype default, its release), then every build step (checkpoint conversion, trtllm-build, the Triton model
+repository, the perf harness) reads this one object, so max_batch_size, the tree, dtype and paths cannot disagree
+between engines and configs. The tree is stored resolved (`tree.resolve`: a static tree's choices inline), so it
+means the same wherever the bundle is read. The served engine model and the perf harness read the saved spec.
+Variants are made with `dataclasses.replace`, never by mutation.
 """
 
 from __future__ import annotations
@@ -16,57 +16,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt import __version__
-from eagle_trt.backend import DEFAULT_BACKEND_VERSION, backend_contract, parse_backend_version
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.llmapi_release import llmapi_release
 from eagle_trt.quantization import Quantization
-from eagle_trt.spec import ENGINES, PRECISIONS, DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import MAX_DRAFT_TOKENS, Tree, TreeConfig, resolve
+from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec
+from eagle_trt.tree_config import TreeConfig
 
 SPEC_FILE = "eagle_trt_spec.json"
-DTYPES = PRECISIONS
+DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
 class TrtllmSettings:
     """What only a trtllm bundle has: the EAGLE sizes its TensorRT engine is built with (the checkpoint's
     config.json; trtllm-build's names: draft tokens per step, EagleNets = the tree's depth, non-leaf nodes per
-    depth; by default from the bundle's tree), and the tensorrtllm backend release its configs target."""
+    depth). The trtllm engine fills them from the bundle's tree and checks them (engines/trtllm.py)."""
 
     max_draft_len: int
     num_eagle_layers: int
     max_non_leaves_per_layer: int
-    backend_version: str = DEFAULT_BACKEND_VERSION
-
-    @classmethod
-    def of(cls, tree: TreeConfig, max_draft_len: int | None = None, num_eagle_layers: int | None = None,
-           max_non_leaves_per_layer: int | None = None, backend_version: str | None = None) -> TrtllmSettings:
-        return cls(tree.tree.num_nodes if max_draft_len is None else max_draft_len,
-                   tree.tree.depth if num_eagle_layers is None else num_eagle_layers,
-                   max(tree.tree.non_leaves_per_depth()) if max_non_leaves_per_layer is None
-                   else max_non_leaves_per_layer, backend_version or DEFAULT_BACKEND_VERSION)
 
     def engine_sizes(self) -> dict:
         """The three sizes, as the EAGLE checkpoint's config.json names them."""
         return {"max_draft_len": self.max_draft_len, "num_eagle_layers": self.num_eagle_layers,
                 "max_non_leaves_per_layer": self.max_non_leaves_per_layer}
-
-    def problems(self, tree: TreeConfig) -> list[str]:
-        found = [f"{name} must be a positive integer, got {value!r}" for name, value in self.engine_sizes().items()
-                 if not isinstance(value, int) or value < 1]
-        try:
-            parse_backend_version(self.backend_version)
-        except EagleTrtError as exc:
-            found.append(exc.message)
-        if found:
-            return found
-        if self.max_draft_len > MAX_DRAFT_TOKENS:
-            found.append(f"max_draft_len {self.max_draft_len} > {MAX_DRAFT_TOKENS} (TRT-LLM's limit)")
-        try:
-            validate_for_trtllm(tree.tree, self.num_eagle_layers, self.max_draft_len, self.max_non_leaves_per_layer)
-        except EagleTrtError as exc:
-            found.append(exc.message)
-        return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +47,8 @@ class BuildSpec:
 
     base: ModelSpec
     draft: DraftSpec | None
-    engine: str
-    tree: TreeConfig  # the tree eagle_model drafts with, resolved for this engine (tree.resolve)
+    engine: str  # the engine kind (eagle_trt.engines): ask `engines.get(spec.engine)`, never compare the name
+    tree: TreeConfig  # the tree eagle_model drafts with, resolved by that engine's rules
     dtype: str
     tp_size: int = 1
     max_batch_size: int = 8
@@ -84,89 +56,33 @@ class BuildSpec:
     max_seq_len: int = 8192
     max_num_tokens: int = 8192
     trtllm: TrtllmSettings | None = None  # engine trtllm only
+    backend_version: str | None = None  # trtllm / llmapi: the TensorRT-LLM release the bundle targets
     device: str = "cpu"
     chat_template: bool = True
     draft_vocab: int | None = None  # pytorch engine: FR-Spec draft vocabulary (None: the draft's file; 0: full)
     tree_tuning: dict | None = None  # `--tree auto`: the tuner's choice and predictions (tuning/calibrate.py)
     # llmapi/vllm: the copy of the draft in the layout that engine reads, written into the bundle, and why
-    # (draft_layouts.served_layout_change); None: the engine reads draft.path as it is
+    # (Engine.served_draft_change); None: the engine reads draft.path as it is
     served_draft: str | None = None
     served_draft_reason: str | None = None
-    # llmapi/vllm: the base with both RoPE layouts in its config.json (build/served_base.py), and why; None: base.path
+    # llmapi/vllm: the base with both RoPE layouts in its config.json (engines/served_base.py), and why; None: base.path
     served_base: str | None = None
     served_base_reason: str | None = None
-    llmapi_version: str | None = None  # llmapi: the TensorRT-LLM release line it targets (eagle_trt.llmapi_release)
     eagle_trt_version: str = __version__
 
-    # ---- creation -----------------------------------------------------------------------------------------------
-    @classmethod
-    def create(cls, base_dir: str | Path, draft_dir: str | Path | None, **options) -> BuildSpec:
-        """Read base + draft from their directories (once), then `from_specs`."""
-        draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
-        return cls.from_specs(ModelSpec.from_dir(base_dir), draft, **options)
-
-    @classmethod
-    def from_specs(cls, base: ModelSpec, draft: DraftSpec | None, *, engine: str,
-                   tree: str | TreeConfig | None = None, dtype: str = "auto",
-                   tp_size: int = 1, max_batch_size: int = 8, max_input_len: int | None = None,
-                   max_seq_len: int | None = None, max_num_tokens: int | None = None,
-                   max_draft_len: int | None = None, num_eagle_layers: int | None = None,
-                   max_non_leaves_per_layer: int | None = None, device: str = "cpu", chat_template: bool = True,
-                   backend_version: str | None = None, draft_vocab: int | None = None,
-                   tree_tuning: dict | None = None) -> BuildSpec:
-        """Resolve the tree for the engine (None: its default), fill defaults from the tree and the base, and
-        validate everything (`validate`). The max_draft_len group applies to engine trtllm only; `backend_version`
-        to trtllm (the tensorrtllm backend release, eagle_trt.backend) and llmapi (the TensorRT-LLM release line,
-        eagle_trt.llmapi_release)."""
-        if engine not in ENGINES:
-            raise EagleTrtError(f"unknown engine {engine!r}", f"choose one of {', '.join(ENGINES)}")
-        if backend_version is not None and engine not in ("trtllm", "llmapi"):
-            raise EagleTrtError(f"--backend-version names the TensorRT-LLM release of a trtllm or llmapi bundle, not "
-                                f"of engine {engine}", "drop --backend-version")
-        llmapi_version = llmapi_release(backend_version).version if engine == "llmapi" else None
-        try:
-            tree = resolve(tree, engine, llmapi_version)
-        except EagleTrtError as exc:
-            raise EagleTrtError(f"invalid build settings: tree: {exc.message}", exc.hint) from None
-        trtllm_only = (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)
-        if engine != "trtllm" and any(v is not None for v in trtllm_only):
-            raise EagleTrtError(f"max_draft_len, num_eagle_layers and max_non_leaves_per_layer describe TensorRT-LLM "
-                                f"engines; engine {engine} takes its sizes from the tree ({tree.label()})",
-                                "drop them, or build with --engine trtllm")
-        if dtype == "auto":
-            dtype = auto_dtype(base.torch_dtype, engine, device)
-        if max_seq_len is None:  # None means "from the base"; 0 or less is refused by validate(), never defaulted
-            max_seq_len = min(8192, base.max_position_embeddings)
-        if max_input_len is None:
-            max_input_len = max(1, min(4096, max_seq_len // 2))
-        spec = cls(
-            base=base, draft=draft, engine=engine, tree=tree, dtype=dtype,
-            tp_size=tp_size, max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
-            max_num_tokens=8192 if max_num_tokens is None else max_num_tokens,
-            trtllm=TrtllmSettings.of(tree, *trtllm_only, backend_version) if engine == "trtllm" else None,
-            llmapi_version=llmapi_version,
-            device=device, chat_template=chat_template, draft_vocab=draft_vocab,
-            tree_tuning=tree_tuning,
-        )
-        spec.validate()
-        return spec
-
-    def validate(self) -> None:
-        """The one validation path of a bundle: the base and draft fit together for this engine
-        (`spec.check_compatibility`) and every option and cross-value rule holds. Raises one EagleTrtError."""
-        require_compatible(self.base, self.draft, self.engine, self.llmapi_version)
+    def validate(self) -> list[str]:
+        """Every option rule that holds whatever the engine: values in range and consistent with the base. Returns
+        the problems (engines.check adds the pair's fit and the engine's own rules, and raises them)."""
         problems: list[str] = []
-        if self.engine not in ENGINES:
-            problems.append(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
-        if self.dtype not in DTYPES:
-            problems.append(f"dtype {self.dtype!r} is not one of {', '.join(DTYPES)} (or auto)")
-        if self.device not in ("cpu", "cuda"):
+        if self.dtype not in PRECISIONS:
+            problems.append(f"dtype {self.dtype!r} is not one of {', '.join(PRECISIONS)} (or auto)")
+        if self.device not in DEVICES:
             problems.append(f"device {self.device!r} is not cpu or cuda")
         for name in ("tp_size", "max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 problems.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
         if problems:
-            raise EagleTrtError("invalid build settings: " + "; ".join(problems), "fix the options named above")
+            return problems
         if self.max_input_len >= self.max_seq_len:
             problems.append(f"max_input_len {self.max_input_len} must be < max_seq_len {self.max_seq_len} "
                             "(room is needed for generated tokens)")
@@ -184,28 +100,9 @@ class BuildSpec:
             kv = self.base.num_key_value_heads
             if (kv >= self.tp_size and kv % self.tp_size) or (kv < self.tp_size and self.tp_size % kv):
                 problems.append(f"tp_size {self.tp_size} and the base's {kv} KV heads cannot be split evenly")
-        if self.engine == "pytorch" and self.tp_size != 1:
-            problems.append("the pytorch engine runs on one device: tp_size must be 1")
-        if self.dtype == "int8" and (self.engine != "pytorch" or self.device != "cpu"):
-            problems.append(f"dtype int8 is the pytorch engine's CPU mode (engine {self.engine}, device "
-                            f"{self.device}): use float16/bfloat16 on a GPU")
         if self.draft_vocab is not None and (not isinstance(self.draft_vocab, int) or self.draft_vocab < 0):
             problems.append(f"draft_vocab must be an integer >= 0, got {self.draft_vocab!r}")
-        try:
-            resolve(self.tree, self.engine, self.llmapi_version)
-        except EagleTrtError as exc:
-            problems.append(f"tree: {exc.message}")
-        if (self.engine == "llmapi") != (self.llmapi_version is not None):
-            problems.append(f"engine {self.engine} {'needs' if self.engine == 'llmapi' else 'takes no'} "
-                            "TensorRT-LLM release line (llmapi_version)")
-        if (self.engine == "trtllm") != (self.trtllm is not None):
-            problems.append(f"engine {self.engine} {'needs' if self.engine == 'trtllm' else 'takes no'} TensorRT-LLM "
-                            "engine sizes (max_draft_len, num_eagle_layers, max_non_leaves_per_layer)")
-        elif self.trtllm is not None:
-            problems += self.trtllm.problems(self.tree)
-        if problems:
-            raise EagleTrtError("invalid build settings: " + "; ".join(problems),
-                                "change the options named above (see `eagle-trt build --help`)")
+        return problems
 
     # ---- derived values -----------------------------------------------------------------------------------------
     @property
@@ -223,12 +120,6 @@ class BuildSpec:
     @property
     def draft_format(self) -> str | None:
         return self.draft.format if self.draft is not None else None
-
-    @property
-    def acceptance_figures(self) -> bool:
-        """Whether the bundle's eagle_model answers acceptance figures (and takes return_perf_metrics): every engine
-        kind but a trtllm bundle for a backend before 0.19. The perf harness asks for them only then."""
-        return self.engine != "trtllm" or backend_contract(self.trtllm.backend_version).perf_metrics
 
     # ---- persistence --------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -278,15 +169,6 @@ class BuildSpec:
         return cls.from_dict(data)
 
 
-def auto_dtype(torch_dtype: str | None, engine: str, device: str) -> str:
-    """What `--dtype auto` means for this base, engine and device."""
-    if engine == "pytorch" and device == "cpu":
-        return "float32"  # CPU matmuls in half precision are slow and lossy; fp32 is the oracle's dtype
-    if torch_dtype in ("float16", "bfloat16"):
-        return torch_dtype
-    return "float16" if engine == "trtllm" else "bfloat16"
-
-
 def _spec_to_dict(spec: ModelSpec | DraftSpec) -> dict:
     out = {}
     for f in dataclasses.fields(spec):
@@ -313,20 +195,3 @@ def _spec_from_dict(cls, data: dict):
     return cls(**kwargs)
 
 
-def validate_for_trtllm(tree: Tree, num_eagle_layers: int, max_draft_len: int, max_non_leaves_per_layer: int) -> None:
-    """TRT-LLM's rules for eagle_choices (examples/eagle/README.md): depth == num_eagle_layers, nodes <=
-    max_draft_len, non-leaf nodes per depth <= max_non_leaves_per_layer. Raises EagleTrtError listing every breach."""
-    problems = []
-    if tree.depth != num_eagle_layers:
-        problems.append(f"tree depth {tree.depth} != num_eagle_layers {num_eagle_layers} (TRT-LLM needs them equal; "
-                        f"pass --num-eagle-layers {tree.depth} or a tree of depth {num_eagle_layers})")
-    if tree.num_nodes > max_draft_len:
-        problems.append(f"tree has {tree.num_nodes} nodes > max_draft_len {max_draft_len} "
-                        f"(pass --max-draft-len {tree.num_nodes} or a smaller tree)")
-    worst = max(tree.non_leaves_per_depth())
-    if worst > max_non_leaves_per_layer:
-        problems.append(f"tree has {worst} non-leaf nodes at one depth > max_non_leaves_per_layer "
-                        f"{max_non_leaves_per_layer} (pass --max-non-leaves-per-layer {worst})")
-    if problems:
-        raise EagleTrtError("the EAGLE tree does not fit the TensorRT-LLM engine: " + "; ".join(problems),
-                            "adjust the tree or the engine limits as suggested")

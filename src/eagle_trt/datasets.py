@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from eagle_trt.chat import encode_conversation
 from eagle_trt.errors import EagleTrtError
 
 PACKAGED_MT_BENCH = Path(__file__).resolve().parent / "data" / "mt_bench_question.jsonl"
@@ -109,26 +110,6 @@ def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
     if chat:
         return encode_conversation(tokenizer, [prompt], [])
     return tokenizer(prompt)["input_ids"]
-
-
-def conversation(turns: list[str], answers: list[str]) -> list[dict]:
-    """OpenAI-style messages: user turn, assistant answer, ..., ending with the user turn being answered."""
-    messages = []
-    for i, turn in enumerate(turns):
-        messages.append({"role": "user", "content": turn})
-        if i < len(answers) and i < len(turns) - 1:
-            messages.append({"role": "assistant", "content": answers[i]})
-    return messages
-
-
-def encode_conversation(tokenizer, turns: list[str], answers: list[str]) -> list[int]:
-    """Token ids of a multi-turn conversation through the base's chat template (MT-bench's second turn sees the
-    model's own first answer: turns [q1, q2], answers [a1])."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise EagleTrtError("--chat was requested but the base has no chat template",
-                            "pass --no-chat, or use a base directory with a chat template")
-    text = tokenizer.apply_chat_template(conversation(turns, answers), tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.families import FAMILY_BY_TYPE, read_architecture, read_rope, require_int
-from eagle_trt.llmapi_release import llmapi_release
 
 
 @dataclass(frozen=True)
@@ -201,49 +200,3 @@ def _layer_math(layout: Layout, layer_cfg: dict, cfg: dict, cfg_file: Path, max_
                                 "eagle-trt's draft layers attend over the whole draft context")
         return dict(qkv_bias=shape.qkv_bias, o_bias=shape.o_bias, mlp_bias=shape.mlp_bias, qk_norm=shape.qk_norm)
     return dict(qkv_bias=False, o_bias=False, mlp_bias=False, qk_norm=False)  # SafeAILab-3/SpecForge/AngelSlim
-
-
-def engine_draft_problems(draft, engine: str | None, backend_version: str | None = None) -> list[str]:
-    """Each switch of this draft that `engine`'s own draft model does not compute (read at TensorRT-LLM's
-    `_torch/models/modeling_speculative.py` and its engine path's Llama EagleNet, and vLLM's `llama_eagle.py` /
-    `llama_eagle3.py`); for llmapi, in the TensorRT-LLM release line `backend_version`. Our pytorch engine computes
-    them all."""
-    if engine in (None, "pytorch"):
-        return []
-    missing = []
-    if draft.qkv_bias or draft.o_bias:
-        if engine == "trtllm" or (engine == "vllm" and draft.format == "eagle1"):
-            missing.append("q/k/v biases in the draft layer")
-    if draft.qk_norm and engine in ("llmapi", "vllm"):
-        missing.append("q/k RMSNorm in the draft layer (a Qwen3-type layer)")
-    if draft.norm_before_residual and engine == "llmapi":
-        missing.append("norm_before_residual (TensorRT-LLM takes the layer's residual before hidden_norm)")
-    if draft.input_norm and engine == "llmapi":
-        missing.append("norm_before_fc (an RMSNorm over the captured states before fc)")
-    if engine == "llmapi" and (draft.fc_norm or draft.norm_output):
-        release = llmapi_release(backend_version)
-        if not release.draft_norms:
-            switches = " / ".join(k for k in ("fc_norm", "norm_output") if getattr(draft, k))
-            missing.append(f"{switches} (EAGLE 3.1 norms, read from the draft's config from TensorRT-LLM 1.4 on, "
-                           f"PR #14988; this bundle targets {release.version}: pass --backend-version 1.4)")
-    return [f"the {engine} engine's draft model has no {what}, which this {draft.layout_label} draft uses"
-            for what in missing]
-
-
-def served_layout_change(draft, engine: str) -> str | None:
-    """Why `engine` must be given this draft in another layout than its own (build writes that copy into the
-    bundle, build/draft_export.py), or None when it reads the draft as it is:
-    - llmapi: TensorRT-LLM's Eagle3 draft model loads `midlayer.*` from a flat Llama config (its renaming of
-      `layers.0.*` arrived in January 2026, after 1.2), so Model-Optimizer and speculators drafts are rewritten;
-    - vllm: vLLM reads capture ids from the top-level `eagle_aux_hidden_state_layer_ids`, else from
-      `eagle_config`, both as layer inputs: ids a layout counts as outputs (or keeps under another key) are
-      written back as inputs at the top level."""
-    if draft is None or draft.format != "eagle3":
-        return None
-    if engine == "llmapi" and draft.layout in ("modelopt", "speculators"):
-        return (f"TensorRT-LLM reads EAGLE-3 drafts as midlayer.* with a flat Llama config, not the {draft.layout} "
-                "layout")
-    if engine == "vllm" and draft.capture_layers is not None and not draft.capture_source.startswith(
-            "eagle_aux_hidden_state_layer_ids"):
-        return f"vLLM would read the capture ids ({draft.capture_source}) as layer inputs"
-    return None

@@ -1,10 +1,11 @@
-"""Model families: the one table every step reads to know what a base checkpoint computes and who can run it.
+"""Model families: the one table every step reads to know what a base checkpoint computes.
 
 A family is how Hugging Face transformers builds a model type (its `modeling_*.py` and `configuration_*.py`): which
 tensors a decoder layer has (q/k/v biases, q/k RMSNorm), which layers attend through a sliding window, what a config
-key means when it is absent (the config class's defaults), and which engines run it. `read_architecture` turns a
-config.json into an `Architecture` the runtime, the shape check and the TensorRT-LLM converter all build from;
-nothing else in eagle-trt knows a family by name. A model type not in the table is refused by name before any work.
+key means when it is absent (the config class's defaults). `read_architecture` turns a config.json into an
+`Architecture` the runtime, the shape check and the TensorRT-LLM converter all build from; nothing else in eagle-trt
+knows a family by name (which engine runs which family is each engine's: eagle_trt.engines). A model type not in the
+table is refused by name before any work.
 
 RoPE is read the way transformers >= 5 standardises it (`modeling_rope_utils.RotaryEmbeddingConfigMixin`): the
 parameters come from `rope_scaling` (transformers 4 layout) or `rope_parameters` (transformers 5), `rope_theta` from
@@ -15,7 +16,7 @@ computed (`ROPE_TYPES`) or refused by name, never silently read as plain RoPE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt.errors import EagleTrtError
@@ -32,7 +33,6 @@ ROPE_REFUSED = {  # rope types transformers knows that we do not compute, and wh
     "longrope": "LongRoPE's per-dimension factors switch with the sequence length",
     "proportional": "proportional RoPE is not implemented by eagle-trt",
 }
-ENGINES = ("trtllm", "llmapi", "pytorch", "vllm")  # what computes eagle_model (README, Engines)
 
 
 @dataclass(frozen=True)
@@ -49,42 +49,24 @@ class Family:
     mlp_bias_key: bool  # whether config `mlp_bias` is read (Llama); elsewhere the MLP has no bias
     qk_norm: bool  # RMSNorm over head_dim on q and k before RoPE (Qwen3)
     sliding: str | None  # "all": every layer uses `sliding_window`; "layer_types": Qwen's use_sliding_window
-    # engine -> None where that engine runs this family, else why it does not
-    engines: dict[str, str | None] = field(default_factory=dict)
-
-    def refusal(self, engine: str) -> str | None:
-        return self.engines.get(engine, f"the {engine} engine does not run {self.label} bases")
 
 
 _LLAMA_DEFAULTS = {"max_position_embeddings": 2048, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
                    "attention_bias": False, "mlp_bias": False, "hidden_act": "silu"}
-_TRTLLM_LLAMA_ONLY = ("the TensorRT-LLM engine path's EagleForCausalLM is its Llama model: it has no {what} "
-                      "(NVIDIA/TensorRT-LLM issues #10396, #2511)")
-_LLMAPI_TWO_MODEL = ("TensorRT-LLM's {model} is not a SpecDecOneEngineForCausalLM: it runs EAGLE-3 only in two-model "
-                     "mode, deprecated in 1.x and ignored on its main branch (tensorrt_llm/llmapi/llm_args.py)")
-
 FAMILIES = (
     Family("llama", "Llama 1/2/3.x", ("llama",), ("LlamaForCausalLM",), "transformers/models/llama",
-           _LLAMA_DEFAULTS, qkv_bias=None, mlp_bias_key=True, qk_norm=False, sliding=None,
-           engines={"trtllm": None, "llmapi": None, "pytorch": None, "vllm": None}),
+           _LLAMA_DEFAULTS, qkv_bias=None, mlp_bias_key=True, qk_norm=False, sliding=None),
     Family("mistral", "Mistral", ("mistral",), ("MistralForCausalLM",), "transformers/models/mistral",
            _LLAMA_DEFAULTS | {"max_position_embeddings": 131072, "sliding_window": 4096},
-           qkv_bias=False, mlp_bias_key=False, qk_norm=False, sliding="all",
-           engines={"trtllm": _TRTLLM_LLAMA_ONLY.format(what="Mistral sliding window"),
-                    "llmapi": _LLMAPI_TWO_MODEL.format(model="MistralForCausalLM"),
-                    "pytorch": None, "vllm": None}),
+           qkv_bias=False, mlp_bias_key=False, qk_norm=False, sliding="all"),
     Family("qwen2", "Qwen2 / Qwen2.5", ("qwen2",), ("Qwen2ForCausalLM",), "transformers/models/qwen2",
            _LLAMA_DEFAULTS | {"max_position_embeddings": 32768, "use_sliding_window": False, "sliding_window": 4096,
                               "max_window_layers": 28},
-           qkv_bias=True, mlp_bias_key=False, qk_norm=False, sliding="layer_types",
-           engines={"trtllm": _TRTLLM_LLAMA_ONLY.format(what="q/k/v biases"),
-                    "llmapi": _LLMAPI_TWO_MODEL.format(model="Qwen2ForCausalLM"), "pytorch": None, "vllm": None}),
+           qkv_bias=True, mlp_bias_key=False, qk_norm=False, sliding="layer_types"),
     Family("qwen3", "Qwen3 (dense)", ("qwen3",), ("Qwen3ForCausalLM",), "transformers/models/qwen3",
            _LLAMA_DEFAULTS | {"max_position_embeddings": 32768, "head_dim": 128, "use_sliding_window": False,
                               "sliding_window": 4096, "max_window_layers": 28},
-           qkv_bias=None, mlp_bias_key=False, qk_norm=True, sliding="layer_types",
-           engines={"trtllm": _TRTLLM_LLAMA_ONLY.format(what="q/k RMSNorm"), "llmapi": None, "pytorch": None,
-                    "vllm": None}),
+           qkv_bias=None, mlp_bias_key=False, qk_norm=True, sliding="layer_types"),
 )
 FAMILY_BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 FAMILY_BY_ARCH = {a: f for f in FAMILIES for a in f.architectures}

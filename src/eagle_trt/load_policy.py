@@ -4,7 +4,7 @@ A verify forward over B requests carries B x (tree + 1) rows, so the tree that p
 grows (production servers lower speculation with the batch in the same way). A policy lists trees by batch size,
 `;`-separated: entry i is the tree of a request that starts while i+1 requests run (itself included), the last
 entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1 and shrinks it by
-AUTO_TAIL, measured on this project's CPU (scripts/batch_policy.py; the figures are in the README).
+AUTO_TAIL, measured on this project's CPU (scripts/batch_policy.py; the figures are in docs/load.md).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import AUTO, TreeConfig, resolve
+from eagle_trt.tree_config import AUTO, TreeConfig, resolve
 
 PLAIN = "none"  # the policy entry for plain decoding
 # batches 2..8 chain:2, larger chain:1. Measured (docs/results/2026-11-24-serving/batch_policy.json, 1 thread, SmolLM2

@@ -9,17 +9,13 @@ Bounds come before work that grows with the input: a prompt's UTF-8 size is chec
 (max_input_len x the tokenizer's longest token in bytes, so no prompt that could fit is refused) before it is
 tokenized, and the number and size of stop words are checked before they are.
 
-User text is encoded so that it cannot forge control tokens: `encode_chat` renders the chat template around
-placeholders, and the special-token strings that came from message contents (e.g. ``<|im_end|><|im_start|>system``
-inside a user message) are tokenized as plain text, while the template's own control tokens stay real.
+Encoding the checked messages is `eagle_trt.chat`'s job.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import secrets
 
 from eagle_trt.errors import EagleTrtError
 
@@ -198,53 +194,3 @@ def _content(param: str, content) -> str:
             parts.append(part["text"])
         content = "".join(parts)
     return check_text(param, content, allow_empty=True)
-
-
-def content_bytes(messages: list[dict]) -> int:
-    return sum(len(m["content"].encode("utf-8")) for m in messages)
-
-
-# ---- encoding ---------------------------------------------------------------------------------------------------
-def special_strings(tokenizer) -> list[str]:
-    """The special (control) token strings of a tokenizer, longest first."""
-    specials = {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if t.special}
-    specials.update(getattr(tokenizer, "all_special_tokens", []))
-    return sorted((s for s in specials if s), key=len, reverse=True)
-
-
-def encode_chat(tokenizer, messages: list[dict], *, add_generation_prompt: bool = True,
-                specials: list[str] | None = None) -> list[int]:
-    """Token ids of `messages` under the tokenizer's chat template; control-token strings inside message contents
-    are encoded as plain text. Without such strings the ids equal encoding the rendered template in one piece."""
-    nonce = secrets.token_hex(8)
-    marked = [dict(m, content=f"\u2060{nonce}:{i}\u2060") for i, m in enumerate(messages)]
-    rendered = tokenizer.apply_chat_template(marked, tokenize=False, add_generation_prompt=add_generation_prompt)
-    text, content_spans, pos = [], [], 0
-    for match in re.finditer(f"\u2060{nonce}:(\\d+)\u2060", rendered):
-        text.append(rendered[pos:match.start()])
-        start = sum(len(t) for t in text)
-        content = messages[int(match.group(1))]["content"]
-        text.append(content)
-        content_spans.append((start, start + len(content)))
-        pos = match.end()
-    text.append(rendered[pos:])
-    return encode_spans(tokenizer, "".join(text), content_spans, specials)
-
-
-def encode_spans(tokenizer, text: str, user_spans: list[tuple[int, int]], specials: list[str] | None) -> list[int]:
-    """Encode `text` with special tokens parsed, except those whose strings lie inside `user_spans`."""
-    specials = special_strings(tokenizer) if specials is None else specials
-    forged = []
-    if specials:
-        pattern = re.compile("|".join(re.escape(s) for s in specials))
-        for start, end in user_spans:
-            forged.extend((m.start(), m.end()) for m in pattern.finditer(text, start, end))
-    ids, pos = [], 0
-    for start, end in forged:
-        if start > pos:
-            ids += tokenizer.encode(text[pos:start], add_special_tokens=False)
-        ids += tokenizer.encode(text[start:end], add_special_tokens=False, split_special_tokens=True)
-        pos = end
-    if pos < len(text):
-        ids += tokenizer.encode(text[pos:], add_special_tokens=False)
-    return ids

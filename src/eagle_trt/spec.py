@@ -1,5 +1,5 @@
 """ModelSpec and DraftSpec: what a base and an EAGLE draft are, read from their directories without loading weights,
-and whether they fit together (`check_compatibility`). All validation of user checkpoints lives here.
+and whether they fit together (`check_compatibility`; what each engine runs: eagle_trt.engines).
 
 Glossary (the words the whole code base uses, defined once):
   base             the model whose output we must reproduce exactly (never called "target").
@@ -22,12 +22,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from eagle_trt.checkpoints import find_weight_files, open_weights
-from eagle_trt.draft_layouts import LAYOUTS, engine_draft_problems, read_draft, standard_capture_layers
+from eagle_trt.draft_layouts import LAYOUTS, read_draft, standard_capture_layers
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.families import ENGINES, FAMILY_BY_TYPE, family_of, read_architecture, require_int
+from eagle_trt.families import FAMILY_BY_TYPE, family_of, read_architecture, require_int
 from eagle_trt.hub import hub_source, resolve_checkpoint
-from eagle_trt.llmapi_release import LLMAPI_RELEASES
-from eagle_trt.quantization import HF_QUANT_CONFIG, Quantization, quantization_refusal, read_quantization
+from eagle_trt.quantization import HF_QUANT_CONFIG, Quantization, read_quantization
 from eagle_trt.quantization.config import gguf_quantization
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_turn>", "<|eot|>", "<|end|>")
@@ -35,7 +34,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_turn|>", "<end_of_tu
 EAGLE_MODEL, BASE_MODEL = "eagle_model", "base_model"  # the two ensembles a bundle serves (speculative, plain)
 MODELS = (EAGLE_MODEL, BASE_MODEL)
 
-# Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/fast.py); the others are torch dtypes.
+# Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/linears.py); the others are torch dtypes.
 PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 
 
@@ -272,70 +271,25 @@ class Problem:
     hint: str
 
 
-def check_compatibility(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None,
-                        backend_version: str | None = None) -> list[Problem]:
-    """Every reason the pair cannot be served (by `engine`, when given; an llmapi bundle for the TensorRT-LLM release
-    line `backend_version`); empty when they fit. The hint of an engine's refusal names only the routes that run
-    this pair."""
+def check_compatibility(base: ModelSpec, draft: DraftSpec | None) -> list[Problem]:
+    """Every reason the draft does not fit the base, whatever the engine (each engine adds what it cannot run:
+    eagle_trt.engines.compatibility); empty when they fit."""
     problems: list[Problem] = []
-    if draft is not None:
-        if draft.format == "eagle1":
-            if draft.hidden_size != base.hidden_size:
-                problems.append(Problem(f"draft hidden_size {draft.hidden_size} != base hidden_size "
-                                        f"{base.hidden_size}", "pass the EAGLE draft trained for this base"))
-            if draft.fc_in_features != 2 * base.hidden_size:
-                problems.append(Problem(f"draft fc takes {draft.fc_in_features} inputs, expected 2 x base hidden = "
-                                        f"{2 * base.hidden_size}", "pass the EAGLE draft trained for this base"))
-        else:
-            problems += _eagle3_problems(base, draft)
-        if draft.vocab_size != base.vocab_size:
-            problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
-                                    "the draft must share the base's tokenizer; pass the draft trained for this base"))
-    refusals = engine_refusals(base, draft, engine, backend_version) if engine is not None else []
-    if refusals:
-        what = "pair" if draft is not None else "base"
-        routes = running_routes(base, draft)
-        hint = f"this {what} runs with " + " or ".join(routes) if routes else f"no engine runs this {what}"
-        if draft is not None and draft.format == "eagle1" and engine == "llmapi":
-            hint += "; or train an EAGLE-3 draft for this base (eagle-trt train-draft --format eagle3)"
-        problems += [Problem(message, hint) for message in refusals]
-    return problems
-
-
-def running_routes(base: ModelSpec, draft: DraftSpec | None) -> list[str]:
-    """The --engine (and, for llmapi, --backend-version) choices that run this pair: the first llmapi release line
-    that runs it, the others by engine."""
-    routes = []
-    for engine in ENGINES:
-        if engine != "llmapi":
-            if not engine_refusals(base, draft, engine):
-                routes.append(f"--engine {engine}")
-            continue
-        for release in LLMAPI_RELEASES.values():
-            if not engine_refusals(base, draft, engine, release.version):
-                routes.append(f"--engine llmapi --backend-version {release.version}")
-                break
-    return routes
-
-
-def engine_refusals(base: ModelSpec, draft: DraftSpec | None, engine: str,
-                    backend_version: str | None = None) -> list[str]:
-    """Why `engine` does not run this base (its family, its quantization) with this draft (its format and math)."""
-    family = FAMILY_BY_TYPE[base.family]
-    out = []
-    refusal = family.refusal(engine)
-    if refusal:
-        out.append(f"the {engine} engine does not run {family.label} bases ({base.architecture}): {refusal}")
-    refusal = quantization_refusal(base.quantization, engine, backend_version)
-    if refusal:
-        out.append(f"the {engine} engine does not run {base.quantization.label}: {refusal}")
     if draft is None:
-        return out
-    if engine == "trtllm" and draft.format == "eagle3":
-        out.append("EAGLE-3 drafts are not supported by the TensorRT-LLM engine path (EAGLE-1/2 only)")
-    if engine == "llmapi" and draft.format == "eagle1":
-        out.append("TRT-LLM's LLM-API (PyTorch backend) runs EAGLE-3 drafts only")
-    return out + engine_draft_problems(draft, engine, backend_version)
+        return problems
+    if draft.format == "eagle1":
+        if draft.hidden_size != base.hidden_size:
+            problems.append(Problem(f"draft hidden_size {draft.hidden_size} != base hidden_size "
+                                    f"{base.hidden_size}", "pass the EAGLE draft trained for this base"))
+        if draft.fc_in_features != 2 * base.hidden_size:
+            problems.append(Problem(f"draft fc takes {draft.fc_in_features} inputs, expected 2 x base hidden = "
+                                    f"{2 * base.hidden_size}", "pass the EAGLE draft trained for this base"))
+    else:
+        problems += _eagle3_problems(base, draft)
+    if draft.vocab_size != base.vocab_size:
+        problems.append(Problem(f"draft vocab_size {draft.vocab_size} != base vocab_size {base.vocab_size}",
+                                "the draft must share the base's tokenizer; pass the draft trained for this base"))
+    return problems
 
 
 def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
@@ -356,14 +310,14 @@ def _eagle3_problems(base: ModelSpec, draft: DraftSpec) -> list[Problem]:
     return problems
 
 
-def require_compatible(base: ModelSpec, draft: DraftSpec | None, engine: str | None = None,
-                       backend_version: str | None = None) -> None:
-    """`check_compatibility` as one EagleTrtError listing every problem (BuildSpec.validate and the runtime)."""
-    problems = check_compatibility(base, draft, engine, backend_version)
+def raise_problems(problems: list[Problem], what: str) -> None:
+    """Problems as one EagleTrtError: `what` and every message, every distinct hint."""
     if problems:
-        where = f" (base {base.path}, draft {draft.path})" if draft is not None else f" (base {base.path})"
-        what = "the base and draft do not fit together" if draft is not None else "the base cannot be served"
-        if engine is not None and all(p.message.startswith(f"the {engine} engine") for p in problems):
-            what = f"--engine {engine} cannot run this {'pair' if draft is not None else 'base'}"
-        raise EagleTrtError(what + where + ": " + "; ".join(p.message for p in problems),
+        raise EagleTrtError(what + ": " + "; ".join(p.message for p in problems),
                             "; ".join(dict.fromkeys(p.hint for p in problems)))
+
+
+def require_compatible(base: ModelSpec, draft: DraftSpec | None) -> None:
+    """`check_compatibility` as one EagleTrtError listing every problem (BuildSpec.validate and the runtime)."""
+    where = f" (base {base.path}, draft {draft.path})" if draft is not None else f" (base {base.path})"
+    raise_problems(check_compatibility(base, draft), "the base and draft do not fit together" + where)

@@ -1,1 +1,2 @@
-"""Bundle building: TensorRT-LLM checkpoint conversion and engines, the LLM-API route, bundle orchestration."""
+"""Bundle building: the build request (`request.py`: every `eagle-trt build` option, `run_build`) and the bundle
+it writes (`bundle.py`); what each engine contributes lives with that engine (`eagle_trt.engines`)."""

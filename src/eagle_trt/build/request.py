@@ -1,8 +1,9 @@
 """`eagle-trt build` as one call: every option in a `BuildRequest`, `run_build` does the work and says what it did.
 
-The command (commands/build.py) only declares the options and prints the `BuildOutcome`; this module decides: the
-engine kind, whether the tree is tuned (`--tree auto`, or no --tree for a pytorch bundle with a draft), the plan,
-and which kind of dry run applies (trtllm: checkpoint and trtllm-build lines; llmapi: model.yaml; else the plan).
+The command (commands/build.py) and `eagle-trt demo` only declare options and print the `BuildOutcome`; this module
+decides: the engine kind, whether the tree is tuned (`--tree auto`, or no --tree for an engine that tunes its trees
+with a draft), the plan, and what the build mode writes (a dry run writes the bundle only for an engine that can
+write all but its toolchain's part: trtllm's checkpoint and trtllm-build lines, llmapi's configs).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from typing import Callable
 
 from eagle_trt.build.bundle import BuildPlan, build_bundle, check_out_free, plan_build
 from eagle_trt.deploy import DeployOptions
+from eagle_trt.engines import get
+from eagle_trt.engines.engine import Artifacts, BuildMode
+from eagle_trt.errors import EagleTrtError
 from eagle_trt.model_repository import ServingOptions
-from eagle_trt.tree import AUTO
+from eagle_trt.tree_config import AUTO
 from eagle_trt.tuning import TUNE_BUDGET_S
 
 
@@ -38,16 +42,18 @@ class BuildRequest:
     chat_template: bool = True
     serving: ServingOptions = ServingOptions()
     deploy: DeployOptions = DeployOptions()  # --k8s-*: the Kubernetes manifests under OUT/deploy/
-    dry_run: bool = False
-    skip_convert: bool = False
-    skip_engines: bool = False
+    mode: BuildMode = BuildMode()
     force: bool = False
     tune_budget: float = TUNE_BUDGET_S  # seconds `--tree auto` may measure
 
     @classmethod
     def from_options(cls, **options) -> BuildRequest:
         """From the command's flat options: ServingOptions' own names go to `serving` (--kv-cache-fraction is its
-        kv_cache_free_gpu_mem_fraction), `k8s_<name>` to `deploy`'s <name>."""
+        kv_cache_free_gpu_mem_fraction), `k8s_<name>` to `deploy`'s <name>, --dry-run / --skip-engines /
+        --skip-convert to the one build mode."""
+        dry_run, skip_engines = options.pop("dry_run", False), options.pop("skip_engines", False)
+        options["mode"] = BuildMode("dry-run" if dry_run else "no-engines" if skip_engines else "full",
+                                    reuse_checkpoint=options.pop("skip_convert", False))
         if "kv_cache_fraction" in options:
             options["kv_cache_free_gpu_mem_fraction"] = options.pop("kv_cache_fraction")
         names = {f.name for f in fields(ServingOptions)}
@@ -63,9 +69,9 @@ class BuildRequest:
                 "draft_vocab": self.draft_vocab, "tree": None if self.tree == AUTO else self.tree}
 
     def tunes(self, engine: str) -> bool:
-        """Whether the tree is tuned for a bundle of this (resolved) engine kind: `--tree auto`, or no --tree for a
-        pytorch bundle with a draft."""
-        return self.tree == AUTO or (self.tree is None and self.draft_dir is not None and engine == "pytorch")
+        """Whether the tree is tuned for a bundle of this (resolved) engine kind: `--tree auto`, or no --tree for an
+        engine that tunes its trees (ours), with a draft."""
+        return self.tree == AUTO or (self.tree is None and self.draft_dir is not None and get(engine).tunes_trees)
 
 
 @dataclass
@@ -75,9 +81,8 @@ class BuildOutcome:
     plan: BuildPlan
     out: Path | None  # None: a dry run that wrote nothing (pytorch, vllm)
     tunes: bool
-    dry_run: bool
-    trtllm_commands: list[str] = field(default_factory=list)  # dry run, trtllm: the trtllm-build lines
-    model_yaml: Path | None = None  # dry run, llmapi: the LLM-API config written
+    mode: BuildMode
+    artifacts: Artifacts = field(default_factory=Artifacts)  # what the engine's own step wrote (trtllm's lines)
 
     def models(self) -> list[str]:
         repo = self.out / "model_repository" if self.out is not None else None
@@ -96,33 +101,28 @@ def run_build(req: BuildRequest, echo: Callable[[str], None] = lambda msg: None,
     options = req.spec_options()
 
     def make_plan() -> BuildPlan:
-        return plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, skip_convert=req.skip_convert,
-                          skip_engines=req.skip_engines, **options)
+        return plan_build(req.base_dir, req.draft_dir, req.out, engine=req.engine, mode=req.mode, **options)
 
     plan = make_plan()  # every check runs before minutes of tuning (the tree is the engine's default until then)
     tunes = req.tunes(plan.spec.engine)
-    if tunes and not req.dry_run:
+    if tunes and not get(plan.spec.engine).tunes_trees:
+        raise EagleTrtError(f"--tree auto tunes our runtime's tree (--engine pytorch), not engine {plan.spec.engine}",
+                            "pass a tree (e.g. --tree mc_sim_7b_63 or chain:3) for TensorRT-LLM and vLLM engines")
+    if tunes and not req.mode.dry_run:
         check_out_free(plan.out, req.force)  # before the minutes of tuning, not after
         req.serving.validate()
         req.deploy.validate()
-        from eagle_trt.model_repository.configs import cpu_threads
         from eagle_trt.tuning.calibrate import tuned_tree
 
-        threads = cpu_threads(req.serving.engine_threads, 2 * req.serving.engine_instances)  # as served
-        options.update(tuned_tree(req.base_dir, req.draft_dir, plan.spec.engine, req.device, req.dtype,
-                                  req.draft_vocab, echo=echo, threads=threads, progress=progress,
-                                  budget_s=req.tune_budget))
+        options.update(tuned_tree(req.base_dir, req.draft_dir, req.device, plan.spec.dtype, req.draft_vocab, echo=echo,
+                                  threads=req.serving.engine_cpu_threads(), progress=progress,
+                                  budget_s=req.tune_budget))  # the tree tuned at the threads the engine will have
         plan = make_plan()
-    outcome = BuildOutcome(plan, None, tunes, req.dry_run)
-    if req.dry_run and plan.spec.engine == "trtllm":  # TRT-LLM cannot run here: all but the engines, and the lines
-        outcome.out = build_bundle(plan, deploy=req.deploy, force=req.force, skip_convert=req.skip_convert,
-                                   dry_run=True)
-        outcome.trtllm_commands = (outcome.out / "engines" / "build_engines.sh").read_text().splitlines()[3:]
-    elif req.dry_run and plan.spec.engine == "llmapi":  # the LLM API reads the HF directories when it loads
-        outcome.out = build_bundle(plan, serving=req.serving, deploy=req.deploy, force=req.force, dry_run=True)
-        outcome.model_yaml = outcome.out / "model_repository" / "eagle_engine" / "1" / "model.yaml"
-    elif not req.dry_run:
+    outcome = BuildOutcome(plan, None, tunes, req.mode)
+    if req.mode.dry_run and not get(plan.spec.engine).dry_run_writes:
+        return outcome  # the plan is the answer
+    if not req.mode.dry_run:
         echo(f"building {plan.out} (engine {plan.spec.engine})")
-        outcome.out = build_bundle(plan, serving=req.serving, deploy=req.deploy, force=req.force,
-                                   skip_convert=req.skip_convert, skip_engines=req.skip_engines)
+    outcome.out, outcome.artifacts = build_bundle(plan, serving=req.serving, deploy=req.deploy, force=req.force,
+                                                  mode=req.mode)
     return outcome

@@ -58,7 +58,7 @@ def request_body(prompt: str, *, max_tokens: int, stream: bool, chat: bool | Non
 
 def llmapi_body(body: dict) -> dict:
     """A tensorrtllm-named request body in the LLM-API model's names (text_input, streaming, sampling_param_*)."""
-    from eagle_trt.model_repository.layout import LLMAPI_FROM_ENSEMBLE
+    from eagle_trt.engines.llmapi import LLMAPI_FROM_ENSEMBLE
 
     names = {ours: theirs for theirs, ours in LLMAPI_FROM_ENSEMBLE.items()}
     unknown = sorted(set(body) - set(names))

@@ -28,7 +28,7 @@ from eagle_trt.spec import PRECISIONS
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
-              help="int8: int8 linears on the CPU (runtime.fast), plain and EAGLE alike.")
+              help="int8: int8 linears on the CPU (runtime.linears), plain and EAGLE alike.")
 @click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
               help="FR-Spec: an EAGLE-1/2 draft proposes among its N most frequent tokens (0: full vocabulary; "
                    "default: the draft's draft_vocab.json if it has one).")

@@ -1,4 +1,4 @@
-"""`eagle-trt bench-kernel`: the tree-attention kernel benchmark (see eagle_trt.plugins.bench)."""
+"""`eagle-trt bench-kernel`: the tree-attention kernel benchmark (see eagle_trt.kernels.bench)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def bench_kernel_cmd(interpret_smoke, sweep, flex, json_out):
     Example (on a GPU):
       eagle-trt bench-kernel --json-out bench_kernel.json
     """
-    from eagle_trt.plugins.bench import main
+    from eagle_trt.kernels.bench import main
 
     flags = [flag for flag, on in (("--interpret-smoke", interpret_smoke), ("--sweep", sweep), ("--flex", flex)) if on]
     main(flags + ["--json-out", json_out])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from eagle_trt.backend import DEFAULT_BACKEND_VERSION
-from eagle_trt.llmapi_release import DEFAULT_LLMAPI_VERSION
 from eagle_trt.build.bundle import ENGINE_CHOICES
+from eagle_trt.engines.llmapi_release import DEFAULT_LLMAPI_VERSION
+from eagle_trt.engines.trtllm_backend import DEFAULT_BACKEND_VERSION
 from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tuning_progress
 
 
@@ -105,36 +105,37 @@ def build_cmd(as_json: bool, **options):
     with tuning_progress() as progress:
         outcome = run_build(BuildRequest.from_options(**options), echo=lambda msg: click.echo(msg, err=True),
                             progress=progress)
-    spec, out = outcome.plan.spec, outcome.out
+    spec, out, made = outcome.plan.spec, outcome.out, outcome.artifacts
     if as_json:
-        if outcome.dry_run and out is None:
+        if out is None:
             click.echo(json.dumps(outcome.plan.to_dict(), indent=2, default=str))
             return
         data = {"out": str(out), "engine": spec.engine}
-        if outcome.dry_run:
+        if outcome.mode.dry_run:
             data |= {"dry_run": True, "files": outcome.files()}
-            data |= ({"commands": outcome.trtllm_commands} if spec.engine == "trtllm"
-                     else {"model_yaml": str(outcome.model_yaml)})
+            data |= {"commands": made.commands} if made.commands else {"model_yaml": str(made.config)}
         else:
             data["models"] = outcome.models()
         click.echo(json.dumps(data))
-    elif outcome.trtllm_commands:
-        click.echo(f"dry run: wrote {out} without engines; run these where TensorRT-LLM is installed:")
-        for line in outcome.trtllm_commands:
-            click.echo(f"  {line}")
-        click.echo(f"then serve with: tritonserver --model-repository {out / 'model_repository'} "
-                   "--model-control-mode explicit --load-model eagle_model")
-    elif outcome.model_yaml is not None:
-        click.echo(f"dry run: wrote {out}; {outcome.model_yaml.relative_to(out)}:")
-        click.echo(outcome.model_yaml.read_text().rstrip())
-        click.echo(f"serve it in a TensorRT-LLM Triton container: see "
-                   f"{outcome.model_yaml.parent.relative_to(out) / 'README.md'}")
-    elif outcome.dry_run:
+    elif out is None:
         click.echo(f"would build {outcome.plan.out} with engine {spec.engine} (tree {spec.tree.label()}):")
         if outcome.tunes:
             click.echo("  - tune the tree (--tree auto: measured once per machine, then cached)")
         for step in outcome.plan.steps:
             click.echo(f"  - {step}")
+    elif outcome.mode.dry_run and made.commands:
+        click.echo(f"dry run: wrote {out} without engines; run these where TensorRT-LLM is installed:")
+        for line in made.commands:
+            click.echo(f"  {line}")
+        click.echo(f"then serve with: tritonserver --model-repository {out / 'model_repository'} "
+                   "--model-control-mode explicit --load-model eagle_model")
+    elif outcome.mode.dry_run and made.config is not None:
+        click.echo(f"dry run: wrote {out}; {made.config.relative_to(out)}:")
+        click.echo(made.config.read_text().rstrip())
+        click.echo(f"serve it in a TensorRT-LLM Triton container: see "
+                   f"{made.config.parent.relative_to(out) / 'README.md'}")
     else:
         click.echo(f"built {out}: models {', '.join(outcome.models())} (tree {spec.tree.label()})")
+        if made.commands:
+            click.echo(f"trtllm-build was not run: {out / 'engines' / 'build_engines.sh'} holds its command lines")
         click.echo(f"serve it with: eagle-trt serve {out}")

@@ -36,13 +36,13 @@ def convert_cmd(base_dir, draft_dir, out_dir, tp_size, dtype, num_eagle_layers, 
     """
     from tqdm import tqdm
 
-    from eagle_trt.build.checkpoint import convert
-    from eagle_trt.build_spec import BuildSpec
+    from eagle_trt.engines import create_spec
+    from eagle_trt.engines.trtllm_checkpoint import convert
 
     if base_only == (draft_dir is not None):
         raise click.UsageError("pass --draft DIR, or --base-only to convert the base alone")
     # the checkpoint holds no tree: a chain as deep as the EagleNets is the smallest tree the sizes must admit
-    spec = BuildSpec.create(base_dir, draft_dir, engine="trtllm", tree=f"chain:{num_eagle_layers}", dtype=dtype,
+    spec = create_spec(base_dir, draft_dir, engine="trtllm", tree=f"chain:{num_eagle_layers}", dtype=dtype,
                             tp_size=tp_size, num_eagle_layers=num_eagle_layers, max_draft_len=max_draft_len,
                             max_non_leaves_per_layer=max_non_leaves_per_layer)
     if dtype == "auto" and spec.dtype != spec.base.torch_dtype:

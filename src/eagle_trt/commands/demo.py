@@ -11,7 +11,7 @@ import click
 from eagle_trt.commands.options import tuning_progress
 from eagle_trt.spec import PRECISIONS
 
-DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU (runtime/fast.py)
+DEMO_DTYPE = "int8"  # eagle_model and base_model alike: int8 linears on the CPU (runtime/linears.py)
 DEMO_ROUNDS = 3  # one run per model moved the speedup by +-10 % on the 2-core machine; 3 alternating: +-4 %
 
 
@@ -37,28 +37,21 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     Example:
       eagle-trt demo --requests 12 --max-tokens 96
     """
-    from eagle_trt.build.bundle import build_bundle, plan_build
+    from eagle_trt.build.request import BuildRequest, run_build
     from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
-    from eagle_trt.tuning.calibrate import tuned_tree
     from eagle_trt.perf.report import summary_table
     from eagle_trt.perf.run import PerfRequest, run_perf
-    from eagle_trt.tree import AUTO
 
     t0 = time.time()
     say = (lambda msg: click.echo(msg, err=True))
     say("[1/3] demo base and draft")
     base, draft = materialize_demo_base(), shipped_draft_dir(draft_format)
     say(f"  base  {base}\n  draft {draft}")
-    options = {"tree": tree}
-    if tree == AUTO:
-        from eagle_trt.model_repository.configs import cpu_threads
-
-        with tuning_progress() as progress:
-            options = tuned_tree(base, draft, "pytorch", "cpu", dtype, None, echo=say, progress=progress,
-                                 threads=cpu_threads(0, 2))  # as the served engines get them (default options)
-    say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {options['tree']} -o {out_dir}")
-    plan = plan_build(base, draft, out_dir, engine="pytorch", device="cpu", dtype=dtype, **options)
-    bundle = build_bundle(plan, force=True)
+    say(f"[2/3] eagle-trt build --engine pytorch --dtype {dtype} --tree {tree} -o {out_dir} --force")
+    with tuning_progress() as progress:  # the same build path as `eagle-trt build` (tuning included)
+        outcome = run_build(BuildRequest(base_dir=base, draft_dir=draft, out=out_dir, engine="pytorch", tree=tree,
+                                         dtype=dtype, device="cpu", force=True), echo=say, progress=progress)
+    bundle, spec = outcome.out, outcome.plan.spec
     say(f"[3/3] perf run: {requests} MT-bench prompts (one per category in turn), both turns (the second sees "
         f"the model's own first answer), {max_tokens} tokens, concurrency 1, {rounds} round(s)")
     report = run_perf(PerfRequest(bundle, None, "mt-bench", requests, max_tokens, 1, rounds=rounds, turns="both"),
@@ -68,8 +61,8 @@ def demo_cmd(out_dir, requests, max_tokens, rounds, tree, dtype, draft_format):
     if report.get("per_turn_speedup"):
         click.echo("per turn (mean of per-request speedups): " + ", ".join(
             f"{turn} {value:.2f}x" for turn, value in report["per_turn_speedup"].items()))
-    suffix = plan.spec.tree.suffix
-    click.echo(f"tree: {plan.spec.tree.label()}, suffix candidates: "
+    suffix = spec.tree.suffix
+    click.echo(f"tree: {spec.tree.label()}, suffix candidates: "
                f"{'on (' + suffix.to_arg().lstrip('+') + ')' if suffix else 'off'}, dtype: {dtype} "
                "(eagle_model and base_model alike)")
     click.echo(f"report: {bundle / 'perf' / 'report.md'}")

@@ -11,7 +11,7 @@ import click
 from eagle_trt.commands.options import BASE, DRAFT
 from eagle_trt.datasets import encode_prompt
 from eagle_trt.spec import EAGLE_MODEL, PRECISIONS
-from eagle_trt.tree import TREE_ARG_HELP
+from eagle_trt.tree_config import TREE_ARG_HELP
 
 
 def run_local(base_dir: Path, draft_dir: Path | None, prompt: str, *, chat: bool, max_tokens: int, sampling,

@@ -12,24 +12,25 @@ import click
 
 from eagle_trt.commands.options import BASE, DRAFT
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.spec import ENGINES
+from eagle_trt.engines import NAMES
 
 
 def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None,
                  backend_version: str | None = None) -> dict:
-    from eagle_trt.build.trtllm_env import TrtllmInstall, auto_engine, require_engine
+    from eagle_trt.engines.trtllm_install import TrtllmInstall, auto_engine, require_engine
     from eagle_trt.runtime.loading import shape_problems
-    from eagle_trt.spec import DraftSpec, ModelSpec, check_compatibility
+    from eagle_trt.engines import compatibility
+    from eagle_trt.spec import DraftSpec, ModelSpec
 
     base = ModelSpec.from_dir(base_dir)
     draft = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
     install = TrtllmInstall.detect()
     draft_format = draft.format if draft is not None else None
-    engines = [engine] if engine else list(ENGINES)
+    engines = [engine] if engine else list(NAMES)
     verdicts = {}
     for e in engines:
-        problems = [dataclasses.asdict(p) for p in check_compatibility(base, draft, e,
-                                                                        backend_version if e == "llmapi" else None)]
+        version = backend_version if engine is not None else None  # --backend-version goes with --engine
+        problems = [dataclasses.asdict(p) for p in compatibility(base, draft, e, version)]
         try:
             require_engine(e, draft_format, install)
         except EagleTrtError as exc:
@@ -40,7 +41,7 @@ def inspect_dirs(base_dir: Path, draft_dir: Path | None, engine: str | None,
     except EagleTrtError as exc:
         auto = f"none: {exc.message}"
     trtllm = install.to_dict() | {"summary": install.describe(), "auto_engine_on_gpu": auto}
-    general = check_compatibility(base, draft, None) + shape_problems(base, draft)
+    general = compatibility(base, draft) + shape_problems(base, draft)
     base_d = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(base).items()}
     base_d["quantization"] = base.quantization.to_dict() | {"summary": base.quantization.summary()} \
         if base.quantization is not None else None
@@ -80,9 +81,10 @@ def _table(report: dict) -> None:
 @click.command("inspect")
 @click.option("--base", "base_dir", required=True, type=BASE, help="HF base model directory or hub id.")
 @click.option("--draft", "draft_dir", type=DRAFT, help="EAGLE draft directory or hub id.")
-@click.option("--engine", type=click.Choice(ENGINES), help="Check support by one engine only.")
+@click.option("--engine", type=click.Choice(NAMES), help="Check support by one engine only.")
 @click.option("--backend-version", default=None,
-              help="llmapi: the TensorRT-LLM release line to check against (1.2, 1.3, 1.4; default 1.2).")
+              help="With --engine trtllm or llmapi: the TensorRT-LLM release to check against (llmapi: 1.2, 1.3, 1.4; "
+                   "default 1.2).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable report (keys in docs/inspect.md).")
 def inspect_cmd(base_dir, draft_dir, engine, backend_version, as_json):
     """Report a base (and draft) checkpoint and whether they fit together. Exit 1 when they do not.

@@ -44,13 +44,13 @@ def profile_cmd(base_dir, draft_dir, device, dtype, draft_vocab, tokens, context
       eagle-trt profile --base $(eagle-trt demo-model | tail -1) --draft $(eagle-trt demo-model --draft | tail -1) \\
         --dtype int8
     """
-    from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_engine
+    from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_decoder
     from eagle_trt.runtime import EagleDecoder
 
     cfg = ProfileConfig(_ints(tokens), _ints(contexts), repeats=repeats)
-    engine = EagleDecoder.load(base_dir, draft_dir, tree="chain:1", device=device, dtype=dtype,
+    decoder = EagleDecoder.load(base_dir, draft_dir, tree="chain:1", device=device, dtype=dtype,
                               max_seq_len=max(cfg.contexts) + max(cfg.tokens) + 8, draft_vocab=draft_vocab)
-    result = profile_engine(engine, cfg, echo=lambda m: click.echo(m, err=True))
+    result = profile_decoder(decoder, cfg, echo=lambda m: click.echo(m, err=True))
     result["base"], result["draft"] = str(base_dir), None if draft_dir is None else str(draft_dir)
     json_out.write_text(json.dumps(result, indent=2))
     click.echo(json.dumps(result, indent=2) if as_json else format_table(result))

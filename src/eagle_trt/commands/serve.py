@@ -74,7 +74,7 @@ def serve_cmd(bundle, models, host, http_port, grpc_port, metrics_port, openai_p
             click.echo(f"ready in {ready_s:.1f} s: models {', '.join(server.models)}")
             click.echo(f"  HTTP     {server.http_url}   (POST /v2/models/eagle_model/generate[_stream])")
             click.echo(f"  gRPC     {server.grpc_url}")
-            click.echo(f"  metrics  {server.metrics_url}   (acceptance: {METRICS_LINE}; README, Metrics)")
+            click.echo(f"  metrics  {server.metrics_url}   (acceptance: {METRICS_LINE}; docs/metrics.md)")
             if openai is not None:
                 click.echo(f"  OpenAI   {openai.url}/v1   (/models, /chat/completions, /completions)")
             click.echo(f"  try: eagle-trt generate --url {server.http_url} --model {server.models[0]} --stream 'Hello'")

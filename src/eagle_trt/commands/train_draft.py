@@ -62,8 +62,10 @@ def config_option(flag: str, config: type, field: str, minimum: float = 1, help:
               help="Train for about this many seconds: the step time measured over the warmup steps sets the "
                    "number of steps (at most --epochs) and the learning rate's cosine ends there.")
 @config_option("--batch-size", LoopConfig, "chunk_tokens", help="Draft rows (tokens) per step.")
-@click.option("--draft-vocab", type=click.IntRange(min=1), default=32000, show_default=True,
+@click.option("--draft-vocab-size", type=click.IntRange(min=1), default=32000, show_default=True,
               help="EAGLE-3: draft vocabulary size, the most frequent tokens of the data (capped at the base's).")
+@click.option("--draft-vocab", "renamed_draft_vocab", type=int, default=None, hidden=True,
+              help="Renamed --draft-vocab-size (--draft-vocab is FR-Spec truncation in build/generate).")
 @config_option("--ttt-steps", Eagle3TrainConfig, "ttt_steps",
                help="EAGLE-3: unrolled draft steps in training-time test (losses weighted 0.8^j).")
 @config_option("--seed", LoopConfig, "seed", minimum=0)
@@ -73,8 +75,8 @@ def config_option(flag: str, config: type, field: str, minimum: float = 1, help:
 @click.option("--force", is_flag=True, help="Overwrite an existing output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training record as JSON.")
 def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_tokens, gen_batch_size, extra_prompts,
-                    temperature, epochs, lr, max_steps, time_budget, batch_size, draft_vocab, ttt_steps, seed, device,
-                    resume, force, as_json):
+                    temperature, epochs, lr, max_steps, time_budget, batch_size, draft_vocab_size, renamed_draft_vocab, ttt_steps,
+                    seed, device, resume, force, as_json):
     """Train an EAGLE draft by self-distillation: the base answers the prompts, the draft learns its features.
 
     --format eagle1 trains an EAGLE-1/2 head (feature regression + CE through the base lm_head); --format eagle3 an
@@ -88,6 +90,10 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
     """
     from eagle_trt.train.pipeline import TrainRequest, run
 
+    if renamed_draft_vocab is not None:
+        raise EagleTrtError(f"train-draft --draft-vocab {renamed_draft_vocab}: the option is now --draft-vocab-size "
+                            "(in build and generate, --draft-vocab means FR-Spec truncation of an EAGLE-1/2 draft)",
+                            f"pass --draft-vocab-size {renamed_draft_vocab}")
     if device == "cuda":
         import torch
 
@@ -101,7 +107,7 @@ def train_draft_cmd(base_dir, prompts_file, out_dir, fmt, max_prompts, gen_token
                                    time_budget_s=time_budget),
                        Eagle3TrainConfig(epochs=epochs, lr=lr, chunk_tokens=batch_size, ttt_steps=ttt_steps, seed=seed,
                                          max_steps=max_steps, time_budget_s=time_budget),
-                       draft_vocab, extra_prompts=extra_prompts, resume=resume, force=force)
+                       draft_vocab_size, extra_prompts=extra_prompts, resume=resume, force=force)
     record = run(req, progress=_progress)
     if as_json:
         click.echo(json.dumps(record, indent=2))

@@ -38,16 +38,16 @@ def tune_cmd(base_dir, draft_dir, device, dtype, draft_vocab, tune_budget, force
     with tuning_progress() as progress:
         result = tune(req, echo=lambda m: click.echo(m, err=True), use_cache=not force, progress=progress)
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        click.echo(json.dumps(result.to_dict(), indent=2))
         return
-    rows = sorted(result["candidates"], key=lambda c: -c["measured_tok_per_s"])
+    rows = sorted(result.candidates, key=lambda c: -c["measured_tok_per_s"])
     width = max(len(c["tree"]) for c in rows)
     click.echo(f"{'tree'.ljust(width)}  measured tok/s  predicted tok/s  accepted length")
     for c in rows:
         click.echo(f"{c['tree'].ljust(width)}  {c['measured_tok_per_s']:14.1f}  {c['predicted_tok_per_s']:15.1f}  "
                    f"{c['predicted_accepted_length']:.2f}")
-    click.echo(f"chosen: {result['chosen']['tree']} (plain decoding {1000.0 / result['measured_plain_ms']:.1f} "
-               f"tok/s; tuned in {result['seconds']:.0f} s)")
-    if result.get("skipped"):
-        click.echo(f"not measured (budget {result['budget_s']:.0f} s): {', '.join(result['skipped'])}")
+    click.echo(f"chosen: {result.tree} (plain decoding {1000.0 / result.measured_plain_ms:.1f} "
+               f"tok/s; tuned in {result.seconds:.0f} s)")
+    if result.skipped:
+        click.echo(f"not measured (budget {result.budget_s:.0f} s): {', '.join(result.skipped)}")
     click.echo(f"cache: {cache_path(req)}")

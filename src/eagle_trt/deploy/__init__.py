@@ -5,12 +5,13 @@ deploy/
   README.md                       this bundle's image, paths and steps
   kubernetes/base/                Deployment, Service, PodDisruptionBudget, HPA, PodMonitor, PrometheusRule,
                                   check_bundle.py (the init step) and kustomization.yaml
+  required_paths.json             what the served bundle reads (the engine says), which check_bundle.py checks
   kubernetes/overlays/<engine>/   kustomization.yaml, engine.yaml (this engine's container), values.yaml (yours)
   grafana/eagle-trt.json          the dashboard: tok/s, TTFT/ITL, queue time, acceptance
-  image/Dockerfile                (pytorch engine, or the OpenAI route) the serving image the user builds
+  image/Dockerfile                (a derived image: every engine but vllm, or the OpenAI route) the image the user builds
 ```
 Every object is a Python dict dumped with PyYAML (deploy/kubernetes.py); the metric names come from
-`eagle_trt.metrics` (deploy/observability.py). README, "Deploying on Kubernetes", is the guide.
+`eagle_trt.metrics` (deploy/observability.py). docs/kubernetes.md is the guide.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ import yaml
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.deploy import kubernetes as K
-from eagle_trt.deploy.check_bundle import required_paths
+from eagle_trt.deploy.check_bundle import REQUIRED_PATHS_FILE
 from eagle_trt.deploy.images import dockerfile, serving_image
 from eagle_trt.deploy.observability import grafana_dashboard
+from eagle_trt.engines import get
+from eagle_trt.engines.engine import RequiredPath
 from eagle_trt.errors import EagleTrtError
 
 DEPLOY_DIR = "deploy"
@@ -59,10 +62,15 @@ class DeployOptions:
                                 f"pass a port in 1..65535 other than Triton's {sorted(K.TRITON_PORTS.values())}")
 
 
+def required_paths(spec: BuildSpec, bundle: Path) -> list[RequiredPath]:
+    """What the served bundle reads (its engine says: Engine.required_paths)."""
+    return get(spec.engine).required_paths(spec, bundle)
+
+
 def mount_path(spec: BuildSpec, bundle: Path) -> Path:
     """Where the volume mounts: the deepest directory holding the bundle and every outside path it reads (the
     base, the draft), so the pod sees them where the build did; the bundle's parent when they share only /."""
-    paths = [bundle, *(p for p in required_paths(spec.to_dict(), bundle).values() if bundle not in p.parents)]
+    paths = [bundle, *(r.path for r in required_paths(spec, bundle) if bundle not in r.path.parents)]
     common = Path(os.path.commonpath([str(p) for p in paths]))
     return bundle.parent if common == Path(common.anchor) else common
 
@@ -91,18 +99,21 @@ def write_deploy(spec: BuildSpec, tmp: Path, bundle: Path, options: DeployOption
         docs = obj if isinstance(obj, list) else [obj]
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
     shutil.copyfile(Path(__file__).with_name(K.CHECK_SCRIPT), root / "kubernetes" / "base" / K.CHECK_SCRIPT)
+    checked = {"engine": spec.engine, "backend_version": spec.backend_version,
+               "paths": [{"what": r.what, "path": str(r.path), "hint": r.hint} for r in required_paths(spec, bundle)]}
+    (root / REQUIRED_PATHS_FILE).write_text(json.dumps(checked, indent=2) + "\n", encoding="utf-8")
     (root / DASHBOARD_FILE).parent.mkdir(parents=True, exist_ok=True)
     (root / DASHBOARD_FILE).write_text(json.dumps(grafana_dashboard(f"eagle-trt: {bundle.name}"), indent=2) + "\n",
                                        encoding="utf-8")
     if image.derived:
         (root / "image").mkdir(exist_ok=True)
-        (root / "image" / "Dockerfile").write_text(dockerfile(image, spec), encoding="utf-8")
+        (root / "image" / "Dockerfile").write_text(dockerfile(image), encoding="utf-8")
     (root / "README.md").write_text(_readme(spec, plan, image, overlay), encoding="utf-8")
     return sorted(str(p.relative_to(tmp)) for p in root.rglob("*") if p.is_file())
 
 
 def _readme(spec: BuildSpec, plan: K.PodPlan, image, overlay: str) -> str:
-    outside = [str(p) for p in required_paths(spec.to_dict(), plan.bundle).values() if plan.bundle not in p.parents]
+    outside = [str(r.path) for r in required_paths(spec, plan.bundle) if plan.bundle not in r.path.parents]
     lines = [f"# Deploying {plan.bundle.name} on Kubernetes", "",
              f"Engine `{spec.engine}`, image `{image.image}` ({image.why}).", "",
              f"1. Put `{plan.mount_path}` on a volume, the same tree at the same path: the bundle `{plan.bundle}`"
@@ -118,7 +129,7 @@ def _readme(spec: BuildSpec, plan: K.PodPlan, image, overlay: str) -> str:
               f"4. `kubectl apply -k deploy/{overlay}` (add `-n NAMESPACE`); the init container `check-bundle` "
               "stops the pod with what is missing if the volume does not hold the bundle as built.",
               f"5. Import `deploy/{DASHBOARD_FILE}` into Grafana. The HPA needs prometheus-adapter serving "
-              f"`{K.QUEUE_COMPUTE_RATIO}` as a custom metric (README, \"Deploying on Kubernetes\").", ""]
+              f"`{K.QUEUE_COMPUTE_RATIO}` as a custom metric (eagle-trt's docs/kubernetes.md).", ""]
     unreachable = sorted({p for p in outside if plan.mount_path not in Path(p).parents})
     if unreachable:
         lines += [f"Note: the bundle and {', '.join(unreachable)} share no directory but /, so the volume mounts at "

@@ -6,7 +6,8 @@ The Kubernetes Deployment that `eagle-trt build` writes runs it as an init conta
 it uses only the standard library: the NGC Triton images have python3 but not eagle_trt). A bundle's configs name
 absolute paths (the engines under OUT, the base's tokenizer, the draft), so the volume must show them at the paths
 they had at build time. Exit status 0 and one "bundle OK" line, or 1 and every problem with what to do.
-`eagle_trt.deploy` imports `required_paths` from here, so the build and the pod agree on what must be there.
+What must be there is what the bundle's engine said it reads (`Engine.required_paths`), written by the build into
+OUT/deploy/required_paths.json, so the build and the pod agree.
 """
 
 from __future__ import annotations
@@ -17,28 +18,7 @@ import sys
 from pathlib import Path
 
 SPEC_FILE = "eagle_trt_spec.json"  # eagle_trt.build_spec.SPEC_FILE; this script cannot import eagle_trt
-LLMAPI_MODEL_SOURCE = "/app/all_models/llmapi/tensorrt_llm/1"  # model_repository.layout.LLMAPI_MODEL_DIR
-
-
-def required_paths(spec: dict, bundle: Path) -> dict[str, Path]:
-    """{what: path} the served bundle reads: its model repository, the base (tokenizer, and the weights for the
-    engines that read Hugging Face directories), the draft, the engines (trtllm) and the LLM-API model code."""
-    engine, repo = spec["engine"], bundle / "model_repository"
-    paths = {"eagle_model config": repo / "eagle_model" / ("1/model.json" if engine == "vllm" else "config.pbtxt")}
-    paths["base model directory"] = Path(spec.get("served_base") or spec["base"]["path"])
-    if engine != "trtllm":  # trtllm reads the base's tokenizer only (preprocessing); so does base.path above
-        draft = spec.get("served_draft") or (spec.get("draft") or {}).get("path")
-        if draft:
-            paths["draft directory"] = Path(draft)
-    if engine == "trtllm":
-        for name in ("eagle", "base"):
-            for rank in range(int(spec.get("tp_size", 1))):
-                paths[f"{name} engine rank {rank}"] = bundle / "engines" / name / f"rank{rank}.engine"
-    if engine == "llmapi":
-        for model in ("eagle_engine", "base_engine"):
-            for name in ("model.py", "helpers.py"):
-                paths[f"{model} LLM-API {name}"] = repo / model / "1" / name
-    return paths
+REQUIRED_PATHS_FILE = "required_paths.json"  # OUT/deploy/required_paths.json: what the engine said it reads
 
 
 def problems(bundle: Path, engine: str, backend_version: str | None) -> list[str]:
@@ -55,21 +35,18 @@ def problems(bundle: Path, engine: str, backend_version: str | None) -> list[str
     if spec.get("engine") != engine:
         found.append(f"the bundle's engine is {spec.get('engine')!r} but this Deployment serves {engine!r}: apply "
                      f"the overlay deploy/kubernetes/overlays/{spec.get('engine')} of this bundle")
-    served = (spec.get("trtllm") or {}).get("backend_version") or spec.get("llmapi_version")
+    served = spec.get("backend_version")
     if backend_version is not None and served != backend_version:
         found.append(f"the bundle targets TensorRT-LLM {served} but the image is for {backend_version}: "
                      "use the image of the bundle's own overlay, or rebuild with --backend-version")
     if found:
         return found
-    for what, path in required_paths(spec, bundle).items():
-        if not path.exists():
-            hint = "mount the volume so that it shows the path the build used"
-            if " rank " in what:
-                hint = "run OUT/engines/build_engines.sh in the serving image (the build skipped trtllm-build)"
-            elif "LLM-API" in what:
-                hint = f"copy it from {LLMAPI_MODEL_SOURCE} in the serving image into the bundle"
-            found.append(f"missing {what}: {path} ({hint})")
-    return found
+    listed = bundle / "deploy" / REQUIRED_PATHS_FILE
+    try:
+        paths = json.loads(listed.read_text(encoding="utf-8"))["paths"]
+    except (OSError, ValueError, KeyError) as exc:
+        return [f"cannot read {listed} ({exc}): the bundle was written by another eagle-trt version; rebuild it"]
+    return [f"missing {p['what']}: {p['path']} ({p['hint']})" for p in paths if not Path(p["path"]).exists()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.deploy.observability import QUEUE_COMPUTE_RATIO, TRITON_METRICS_CONFIG, prometheus_rule_groups
-from eagle_trt.model_repository import ENSEMBLES
+from eagle_trt.engines import get
 from eagle_trt.spec import MODELS
 
 NAME = "eagle-trt"
@@ -31,7 +31,6 @@ CHECK_DIR = "/opt/eagle-trt-check"
 CHECK_SCRIPT = "check_bundle.py"
 CONTAINER = "triton"
 GPU = "nvidia.com/gpu"
-STARTUP_S = {"pytorch": 600, "trtllm": 1800, "llmapi": 1800, "vllm": 1800}  # engine loading, at most
 PROBE_PERIOD_S = 10
 HPA_TARGET = "1"  # queue time = compute time: the tutorial's 1000m
 
@@ -65,19 +64,20 @@ def _serve_command(spec: BuildSpec, plan: PodPlan) -> list[str]:
               "--model-control-mode=explicit", *(f"--load-model={m}" for m in MODELS),
               f"--http-port={ports['http']}", f"--grpc-port={ports['grpc']}", f"--metrics-port={ports['metrics']}",
               f"--metrics-config={TRITON_METRICS_CONFIG}"]
-    if spec.engine != "trtllm" or spec.tp_size == 1:
+    ranks = get(spec.engine).triton_ranks(spec)
+    if ranks == 1:
         return server
     command = ["mpirun", "--allow-run-as-root"]
-    for rank in range(spec.tp_size):
+    for rank in range(ranks):
         command += ["-n", "1", *server, "--disable-auto-complete-config",
                     f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
-        command += [":"] if rank < spec.tp_size - 1 else []
+        command += [":"] if rank < ranks - 1 else []
     return command
 
 
 def engine_models(spec: BuildSpec) -> list[str]:
-    """The models requests queue in: the engine models (vllm: the vLLM models themselves)."""
-    return list(MODELS) if spec.engine == "vllm" else list(ENSEMBLES.values())
+    """The models requests queue in (the engine kind says: its engine models, or the vLLM models themselves)."""
+    return get(spec.engine).queue_models()
 
 
 def _probe(path: str, period: int, failures: int) -> dict:
@@ -174,13 +174,12 @@ def _patch(containers: list[dict], **pod_spec) -> dict:
 def engine_patch(spec: BuildSpec, plan: PodPlan) -> dict:
     """The engine kind's container: command, the bundle check's arguments, the startup budget, the OpenAI port,
     the GPU toleration. GPUs themselves are in values.yaml (resources)."""
+    engine = get(spec.engine)
     check_args = ["--engine", spec.engine]
-    if spec.engine == "trtllm":
-        check_args += ["--backend-version", spec.trtllm.backend_version]
-    elif spec.engine == "llmapi":
-        check_args += ["--backend-version", spec.llmapi_version]
+    if spec.backend_version is not None:
+        check_args += ["--backend-version", spec.backend_version]
     container = {"name": CONTAINER, "command": _serve_command(spec, plan),
-                 "startupProbe": _probe("/v2/health/ready", PROBE_PERIOD_S, STARTUP_S[spec.engine] // PROBE_PERIOD_S)}
+                 "startupProbe": _probe("/v2/health/ready", PROBE_PERIOD_S, engine.startup_budget_s // PROBE_PERIOD_S)}
     if plan.openai_port is not None:
         container["ports"] = [{"name": OPENAI_PORT_NAME, "containerPort": plan.openai_port}]
     pod = {"initContainers": [{"name": "check-bundle", "args": check_args}]}
@@ -190,7 +189,7 @@ def engine_patch(spec: BuildSpec, plan: PodPlan) -> dict:
 
 
 def uses_gpu(spec: BuildSpec) -> bool:
-    return spec.engine != "pytorch" or spec.device == "cuda"
+    return get(spec.engine).uses_gpu(spec)
 
 
 def values_patch(spec: BuildSpec, plan: PodPlan) -> list[dict]:

@@ -1,7 +1,8 @@
-"""The Triton model repository: typed configs (configs.py), the layout per engine kind (layout.py) and the python
-models shipped as package data (python_models/)."""
+"""The Triton model repository's shared parts: typed configs (configs.py), the ensembles, text models and the
+acceptance step every engine kind builds on (layout.py), and the python models shipped as package data
+(python_models/). Each engine kind writes its own models (eagle_trt.engines)."""
 
 from eagle_trt.model_repository.configs import ServingOptions
-from eagle_trt.model_repository.layout import ENSEMBLES, write_model_repository
+from eagle_trt.model_repository.layout import ENSEMBLES
 
-__all__ = ["ENSEMBLES", "ServingOptions", "write_model_repository"]
+__all__ = ["ENSEMBLES", "ServingOptions"]

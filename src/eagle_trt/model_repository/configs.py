@@ -118,6 +118,16 @@ class ServingOptions:
     exclude_input_in_output: bool = True
     decoupled: bool = True
 
+    @property
+    def engines_sharing(self) -> int:
+        """Engine instances that share this machine's cores: eagle_engine's and base_engine's, side by side."""
+        return 2 * self.engine_instances
+
+    def engine_cpu_threads(self) -> int:
+        """The intra-op threads each engine instance runs with here (`cpu_threads`): what `--tree auto` tunes at,
+        so the tree fits the engine as it is served; the served model computes the same on its machine."""
+        return cpu_threads(self.engine_threads, self.engines_sharing)
+
     def validate(self) -> None:
         for name in ("engine_instances", "preprocessing_instances", "postprocessing_instances"):
             if getattr(self, name) < 1:

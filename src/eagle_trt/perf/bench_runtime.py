@@ -62,7 +62,8 @@ class Items:
         return sum(self.turns)
 
     def encode(self, i: int, turn: int, answers: list[list[int]]) -> list[int]:
-        from eagle_trt.datasets import encode_conversation, encode_prompt
+        from eagle_trt.chat import encode_conversation
+        from eagle_trt.datasets import encode_prompt
 
         prompt = self.prompts[i]
         if turn == 1:
@@ -75,7 +76,7 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
     """(row name -> (draft, concrete tree), draft -> its `--tree auto` tuning). With several drafts each row is
     prefixed by the draft's format (or its dir); `auto` rows are named `auto=<the tree it chose>`."""
     from eagle_trt.tuning.calibrate import TuneRequest, tune
-    from eagle_trt.tree import AUTO
+    from eagle_trt.tree_config import AUTO
     from eagle_trt.spec import DraftSpec
 
     out: dict[str, tuple[Path | None, str]] = {"plain": (None, "chain:1")}
@@ -89,7 +90,7 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
             tunings[draft] = tune(TuneRequest(Path(cfg.base), Path(draft), device=cfg.device, dtype=cfg.dtype,
                                               draft_vocab=cfg.draft_vocab, budget_s=cfg.tune_budget), echo=echo,
                                   progress=progress)
-        chosen = tunings[draft]["chosen"]["tree"] if draft in tunings else None
+        chosen = tunings[draft].tree if draft in tunings else None
         for tree in cfg.trees:
             if tree != AUTO and tree == chosen:  # the auto row measures it already: once is enough
                 echo(f"{tree}: the tree auto chose, measured once as auto={tree}")
@@ -150,14 +151,14 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
 
     items = Items(cfg)
     settings, tunings = _settings(cfg, echo, progress)
-    engines = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
+    decoders = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                       draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
-    stop = engines["plain"].base_spec.eos_token_ids
-    for engine in engines.values():
-        engine.generate_all(items.encode(0, 1, []), 8, stop_token_ids=stop)  # warm-up
+    stop = decoders["plain"].base_spec.eos_token_ids
+    for decoder in decoders.values():
+        decoder.generate_all(items.encode(0, 1, []), 8, stop_token_ids=stop)  # warm-up
     echo(f"{len(items.prompts)} prompts ({len(items)} turns) x {cfg.max_tokens} tokens, settings: "
          f"{', '.join(settings)}")
-    if not engines["plain"].base.batch_invariant:
+    if not decoders["plain"].base.batch_invariant:
         echo("note: this engine is not batch-invariant here (a verify row may differ from a decode step in the last "
              "bits), so EAGLE matches plain decoding up to numerical near-ties")
     rows = {name: _empty_row() for name in settings}
@@ -168,9 +169,9 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
         answers = answers if turn > 1 else []
         ids = items.encode(i, turn, answers)
         category = items.prompts[i].category
-        for name, engine in engines.items():
+        for name, decoder in decoders.items():
             t0 = time.perf_counter()
-            res = engine.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
+            res = decoder.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
             elapsed = time.perf_counter() - t0
             r = rows[name]
             r["seconds"] += elapsed
@@ -198,12 +199,12 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
                 summary[name]["predicted_tok_per_s"] = guess.tok_per_s
                 summary[name]["predicted_accepted_length"] = guess.accepted_length
             elif tunings and draft is None:
-                summary[name]["predicted_tok_per_s"] = 1000.0 / next(iter(tunings.values()))["measured_plain_ms"]
+                summary[name]["predicted_tok_per_s"] = 1000.0 / next(iter(tunings.values())).measured_plain_ms
         result = {"config": {k: str(v) for k, v in cfg.__dict__.items()}, "rows": summary,
-                  "tunings": {str(d): t["chosen"] for d, t in tunings.items()},
+                  "tunings": {str(d): t.chosen for d, t in tunings.items()},
                   "prompts_done": done + 1, "prompts_total": len(order),
                   "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()},
-                  "batch_invariant": bool(engines["plain"].base.batch_invariant)}  # EAGLE == plain bit for bit
+                  "batch_invariant": bool(decoders["plain"].base.batch_invariant)}  # EAGLE == plain bit for bit
         if checkpoint is not None:
             checkpoint.write_text(json.dumps(result, indent=2))
         if (done + 1) % 10 == 0 or done + 1 == len(order):

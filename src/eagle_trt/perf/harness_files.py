@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines import get
 from eagle_trt.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_input, write_genai_perf_input
 from eagle_trt.spec import MODELS
 
@@ -63,7 +64,7 @@ def write_perf_files(spec: BuildSpec, out_dir: Path, max_tokens: int = DEFAULT_M
              "set -euo pipefail", 'cd "$(dirname "$0")"', 'DATASET=${DATASET:-mt_bench}']
     for model in MODELS:
         cmd = genai_perf_command(model, "${DATASET}.genai_perf.jsonl", tokenizer, max_tokens,
-                                 perf_metrics=spec.acceptance_figures)
+                                 perf_metrics=get(spec.engine).acceptance_figures(spec))
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "genai_perf.sh", lines)
     lines = ["#!/usr/bin/env bash", "# AIPerf (pip install aiperf==0.13.0 + our plugin: pip install --no-deps",
@@ -73,7 +74,7 @@ def write_perf_files(spec: BuildSpec, out_dir: Path, max_tokens: int = DEFAULT_M
              'URL=${URL:-http://127.0.0.1:8000}']
     for model in MODELS:
         cmd = aiperf_command(model, "${DATASET}.aiperf.jsonl", tokenizer, url="${URL}",
-                             perf_metrics=spec.acceptance_figures)
+                             perf_metrics=get(spec.engine).acceptance_figures(spec))
         lines.append(" ".join(_quote(c) for c in cmd))
     _write_script(perf / "aiperf.sh", lines)
     (perf / "README.md").write_text(

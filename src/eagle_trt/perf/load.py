@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines import get
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
 from eagle_trt.datasets import load_dataset, take_prompts, write_aiperf_input
@@ -54,8 +55,8 @@ def run_load(req: LoadRequest, echo=print) -> dict:
 
             def one(model, tag, level=level, n=n, input_file=input_file):
                 return run_aiperf(model, url, input_file, spec.base.path, n, min(level, 2), run_dir / f"{tag}-{model}",
-                                  run_dir / f"{tag}-{model}.log", cumulative=spec.engine == "llmapi",
-                                  perf_metrics=spec.acceptance_figures, concurrency=level)
+                                  run_dir / f"{tag}-{model}.log", cumulative=get(spec.engine).cumulative_text,
+                                  perf_metrics=get(spec.engine).acceptance_figures(spec), concurrency=level)
 
             for model in MODELS:
                 echo(f"AIPerf: {model} at concurrency {level}, {n} requests x {req.max_tokens} tokens ...")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines import get
 from eagle_trt.spec import BASE_MODEL, EAGLE_MODEL, MODELS
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.perf.aiperf_run import RunResult, run_aiperf
@@ -43,7 +44,7 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
                             "requests, max tokens and rounds must be >= 1, warmup >= 0")
     spec = BuildSpec.load(req.bundle)
     prompts = take_prompts(load_dataset(req.dataset), req.requests)
-    takes_messages = spec.engine in ("pytorch", "trtllm")
+    takes_messages = get(spec.engine).takes_messages
     second = [p for p in prompts if len(p.turns) > 1] if req.turns == "both" or (
         req.turns == "auto" and takes_messages) else []
     if second and not takes_messages:
@@ -70,13 +71,13 @@ def run_perf(req: PerfRequest, echo=print) -> dict:
                 t0 = time.time()
                 runs[model].append(around(metrics_url, model, lambda model=model, tag=tag: run_aiperf(
                     model, url, input_file, spec.base.path, count, req.warmup, run_dir / tag,
-                    run_dir / f"{tag}.aiperf.log", cumulative=spec.engine == "llmapi",
-                    perf_metrics=spec.acceptance_figures)))
+                    run_dir / f"{tag}.aiperf.log", cumulative=get(spec.engine).cumulative_text,
+                    perf_metrics=get(spec.engine).acceptance_figures(spec))))
                 echo(f"  done in {time.time() - t0:.0f} s")
     settings = {"dataset": req.dataset, "requests": count, "turns": req.turns, "max_tokens": req.max_tokens,
                 "warmup": req.warmup, "rounds": req.rounds, "concurrency": 1, "temperature": 0.0, "streaming": True,
                 "engine": spec.engine, "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
-                "acceptance_figures": spec.acceptance_figures, "metrics_url": metrics_url,
+                "acceptance_figures": get(spec.engine).acceptance_figures(spec), "metrics_url": metrics_url,
                 "base": str(spec.base.path), "draft": str(spec.draft.path) if spec.draft else None,
                 "run_dir": str(run_dir)}
     eagle, base = best_run(runs[EAGLE_MODEL]), best_run(runs[BASE_MODEL])
@@ -94,7 +95,7 @@ def first_answers(url: str, prompts: list, max_tokens: int, echo) -> list[list[d
     """The second-turn conversations: each prompt's first turn answered by base_model (greedy, the same token
     budget as the measured runs, so it is the first-turn text both models give), then its second user turn."""
     from eagle_trt.client.triton import generate
-    from eagle_trt.datasets import conversation
+    from eagle_trt.chat import conversation
 
     if prompts:
         echo(f"first answers for {len(prompts)} second turns (base_model, greedy, not timed) ...")

@@ -34,7 +34,7 @@ from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
-from eagle_trt.tree import TreeConfig
+from eagle_trt.tree_config import TreeConfig
 
 MIN_CACHE_TOKENS = 128  # the smallest cache a request gets (tokens it can commit, before the tree's rows)
 
@@ -72,7 +72,8 @@ class Batcher:
         self.active: list[Slot] = []
 
     def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-              stop_token_ids: Sequence[int] = (), key: object = None) -> Slot:
+              stop_token_ids: Sequence[int] = (), key: object = None,
+              stop_sequences: Sequence[Sequence[int]] = ()) -> Slot:
         """Admit a request (EagleTrtError for a bad one, before any work); it runs from the next round."""
         if len(self.active) >= self.max_batch:
             raise EagleTrtError(f"{len(self.active)} requests already running (max_batch {self.max_batch})",
@@ -83,7 +84,8 @@ class Batcher:
         slot = Slot(key, tree, caches=caches)
         try:
             slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
-                                            caches=(caches[0], caches[1] if view.draft is not None else None))
+                                            caches=(caches[0], caches[1] if view.draft is not None else None),
+                                            stop_sequences=stop_sequences)
         except Exception:
             self._keep(caches)
             raise

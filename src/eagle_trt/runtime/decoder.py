@@ -19,16 +19,19 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt import request_rules as rules
+from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.draft import DraftCall, DraftOut
 from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
-from eagle_trt.runtime.fast import check_precision, prepare
+from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
 from eagle_trt.runtime.model import BaseCall
+from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
 from eagle_trt.spec import DraftSpec, ModelSpec, require_compatible
-from eagle_trt.tree import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
+from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
 
 
 @dataclass
@@ -70,6 +73,7 @@ class StepOutput:
     token_ids: list[int]  # committed in this step, already cut at a stop / the token budget
     stats: GenerationStats
     finish_reason: str | None = None  # "stop" | "length" on the last step
+    retract: int = 0  # earlier steps' tokens a stop sequence began in: not part of the answer (runtime.stops)
 
 
 @dataclass
@@ -179,13 +183,27 @@ class EagleDecoder:
     def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = DEFAULT_RUNTIME_TREE,
              device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None,
              draft_vocab: int | None = None) -> EagleDecoder:
-        """dtype: float32 | float16 | bfloat16 | int8 (CPU: int8 linears, runtime.fast); draft_vocab: FR-Spec size
+        """dtype: float32 | float16 | bfloat16 | int8 (CPU: int8 linears, runtime.linears); draft_vocab: FR-Spec size
         of an EAGLE-1/2 draft's vocabulary (None: the draft's draft_vocab.json if it has one; 0: full)."""
+        base_spec = ModelSpec.from_dir(base_dir)
+        draft_spec = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
+        return cls.from_specs(base_spec, draft_spec, tree, device, dtype, max_seq_len, draft_vocab)
+
+    @classmethod
+    def from_bundle(cls, spec: BuildSpec, speculative: bool = True) -> EagleDecoder:
+        """The decoder a bundle's spec describes (what its served engine model runs): the base and draft as the
+        build read them, its tree, device, precision, length and draft vocabulary; plain decoding when not
+        `speculative` (base_engine)."""
+        return cls.from_specs(spec.base, spec.draft if speculative else None, spec.tree, spec.device, spec.dtype,
+                              spec.max_seq_len, spec.draft_vocab if speculative else None)
+
+    @classmethod
+    def from_specs(cls, base_spec: ModelSpec, draft_spec: DraftSpec | None, tree: str | TreeConfig, device: str,
+                   dtype: str, max_seq_len: int | None, draft_vocab: int | None) -> EagleDecoder:
+        """`load` from the base's and draft's specs (read once, by whoever holds them)."""
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise EagleTrtError(f"device {device!r} requested but CUDA is not available", "use --device cpu")
         check_precision(dtype, device)
-        base_spec = ModelSpec.from_dir(base_dir)
-        draft_spec = DraftSpec.from_dir(draft_dir) if draft_dir is not None else None
         if draft_spec is not None:
             require_compatible(base_spec, draft_spec)
         require_shapes(base_spec, draft_spec)
@@ -214,32 +232,43 @@ class EagleDecoder:
         decoder.precision = self.precision
         return decoder
 
+    def with_draft(self, draft) -> EagleDecoder:
+        """Another decoder over the same loaded base (and its cache) with `draft` in place of this one's: a draft
+        head built elsewhere (a trained candidate, a test's oracle). Requests must not run on both at once."""
+        decoder = type(self)(self.base, draft, self.base_spec, self.tree, self.device, self.max_seq_len)
+        decoder.precision = self.precision
+        return decoder
+
     # ---- public API ---------------------------------------------------------------------------------------------
     def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
-                     stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
-                     tokenizer=None) -> GenerationResult:
+                     stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), tokenizer=None,
+                     stop_sequences: Sequence[Sequence[int]] = ()) -> GenerationResult:
         tokens, reason, stats = [], "length", GenerationStats()
-        for step in self.generate(input_ids, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer):
-            tokens += step.token_ids
+        for step in self.generate(input_ids, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
+                                  stop_sequences=stop_sequences):
+            tokens = tokens[:len(tokens) - step.retract] + step.token_ids
             stats, reason = step.stats, step.finish_reason or reason
         return GenerationResult(tokens, reason, stats)
 
     def generate(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
-                 tokenizer=None, caches: tuple | None = None) -> Generation:
+                 tokenizer=None, caches: tuple | None = None,
+                 stop_sequences: Sequence[Sequence[int]] = ()) -> Generation:
         """Iterate over the verify steps of one request; `.stats` is live while it runs. Bad requests raise
-        EagleTrtError here, before any work. `caches`: (base KVCache, draft KVCache or None) of this request when
-        several run at once (runtime.batching); None: the decoder's own."""
+        EagleTrtError here, before any work. Stops (runtime.stops): stop token ids (kept), stop sequences of token
+        ids (cut before), stop strings (cut after; need `tokenizer`). `caches`: (base KVCache, draft KVCache or None)
+        of this request when several run at once (runtime.batching); None: the decoder's own."""
         prompt = [int(t) for t in input_ids]
         self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
         stats = GenerationStats()
-        steps = self._steps(prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer, stats,
+        stops = Stops.of(stop_token_ids, stop_sequences, stop_strings, tokenizer)
+        steps = self._steps(prompt, max_new_tokens, sampling, stops, stats,
                             caches or (self.base.cache, self.draft.cache if self.draft is not None else None))
         next(steps)  # primed: the first `send` starts the work
         return Generation(steps, stats, self)
 
     @torch.inference_mode()
-    def _steps(self, prompt, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
+    def _steps(self, prompt, max_new_tokens, sampling, stops: Stops,
                stats: GenerationStats, caches: tuple) -> Iterator:
         """The request as a coroutine: yields StepOutputs, and BaseCalls / DraftCalls whose answers come back by
         `send` (Generation answers them alone, runtime.batching packs those of several requests)."""
@@ -247,7 +276,6 @@ class EagleDecoder:
         yield None  # primed by generate()
         gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
                                             int(torch.randint(0, 2**62, ()).item()))
-        stop_ids = set(int(t) for t in stop_token_ids)
         out_tokens = []
         clock = StepClock(self.device)
         t0 = clock.mark()
@@ -268,10 +296,10 @@ class EagleDecoder:
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
         while True:
-            step, reason = self._finish(out_tokens, committed, stop_ids, stop_strings, tokenizer, max_new_tokens)
-            out_tokens += step
+            step, reason, retract = stops.cut(out_tokens, committed, max_new_tokens)
+            out_tokens = out_tokens[:len(out_tokens) - retract] + step
             clock.settle(stats, wait=reason is not None)
-            yield StepOutput(step, stats, reason)
+            yield StepOutput(step, stats, reason, retract)
             if reason is not None:
                 return
             t0 = clock.mark()
@@ -338,34 +366,11 @@ class EagleDecoder:
         return int(torch.multinomial(sampling_probs(logits, sampling).cpu(), 1, generator=gen).item())
 
     def _check_request(self, prompt, max_new_tokens, stop_strings, tokenizer) -> None:
+        """The request rules every front end shares (eagle_trt.request_rules), on token ids."""
         if not prompt:
-            raise EagleTrtError("the prompt is empty (0 tokens)", "pass at least one token")
-        if not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
-            raise EagleTrtError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}",
-                                "ask for at least 1 token")
-        vocab = self.base.args.vocab_size
-        bad = [t for t in prompt if not 0 <= t < vocab]
-        if bad:
-            raise EagleTrtError(f"prompt token id {bad[0]} is outside the vocabulary (size {vocab})",
-                                "tokenize with the base model's tokenizer")
-        if len(prompt) + max_new_tokens > self.max_seq_len:
-            raise EagleTrtError(f"prompt ({len(prompt)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
-                                f"cache of {self.max_seq_len} tokens", "shorten the prompt, ask for fewer tokens or "
-                                "raise max_seq_len")
+            raise rules.bad_request("input_ids", "the prompt is empty (0 tokens)", "pass at least one token")
+        for token in prompt:
+            rules.check_token_id("input_ids", token, self.base.args.vocab_size)
+        rules.check_max_tokens("max_new_tokens", max_new_tokens, len(prompt), self.max_seq_len)
         if stop_strings and tokenizer is None:
             raise EagleTrtError("stop strings need a tokenizer", "pass tokenizer= or use stop token ids")
-
-    @staticmethod
-    def _finish(done, new, stop_ids, stop_strings, tokenizer, max_new_tokens):
-        """Cut `new` at the first stop token (kept), a stop string (cut after it) or the token budget."""
-        step = list(new[: max_new_tokens - len(done)])
-        reason = "length" if len(done) + len(step) >= max_new_tokens else None
-        for i, tok in enumerate(step):
-            if tok in stop_ids:
-                return step[: i + 1], "stop"
-        if stop_strings:
-            for i in range(len(step)):
-                text = tokenizer.decode(done + step[: i + 1])
-                if any(s in text for s in stop_strings):
-                    return step[: i + 1], "stop"
-        return step, reason

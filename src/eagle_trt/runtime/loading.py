@@ -9,17 +9,19 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.quantization.reader import DequantizedWeights, account
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft, Eagle3Options
 from eagle_trt.runtime.model import Llama, LlamaArgs
-from eagle_trt.spec import DraftSpec, ModelSpec, Problem
+from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, Problem
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "int8": torch.float32}  # int8: loaded in fp32, then quantized by runtime.fast.prepare
+# the torch dtype each engine precision (spec.PRECISIONS) loads its weights as; int8: loaded in fp32, then quantized
+# by runtime.linears.prepare
+LOAD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.float32}
+assert tuple(LOAD_DTYPES) == PRECISIONS
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [...most frequent first], "source": "..."}
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise EagleTrtError(f"unsupported dtype {name!r}", f"choose one of {', '.join(DTYPES)}")
-    return DTYPES[name]
+    if name not in LOAD_DTYPES:
+        raise EagleTrtError(f"unsupported dtype {name!r}", f"choose one of {', '.join(PRECISIONS)}")
+    return LOAD_DTYPES[name]
 
 
 def draft_vocab_ids(draft_dir, size: int | None) -> torch.Tensor | None:
@@ -220,7 +222,7 @@ def _unread_problem(what: str, spec, unread: list[str], quant) -> Problem:
     return Problem(f"{listed} are not part of the {described}, so nothing would read them",
                    "eagle-trt refuses to run a model without some of its weights: check that config.json belongs to "
                    "these weights (e.g. attention_bias, model_type), or that the family is one eagle-trt supports "
-                   "(README, Model families)")
+                   "(docs/models.md, Model families)")
 
 
 def _layout_name(what: str, spec) -> str:

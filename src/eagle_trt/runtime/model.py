@@ -136,7 +136,7 @@ def exact_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     """Attention in float64, rounded to float32 at the end. Sums over keys in float64 do not depend, to float32
     precision, on how many rows run together or on masked keys between the visible ones (a tree's siblings), so a
     one-token decode step and a tree node on the same path compute the same float32 bits. With int8 linears
-    (runtime.fast) that makes the whole forward batch-invariant: EAGLE's output equals plain decoding's exactly.
+    (runtime.linears) that makes the whole forward batch-invariant: EAGLE's output equals plain decoding's exactly.
     q: [heads, T, D]; k, v: [kv_heads, S, D]; mask: [T, S] bool or None (only its last T columns may hold False:
     the cached prefix is visible to every row, as `block_mask` builds it; with `whole`, every column may)."""
     heads, t, d = q.shape
@@ -157,7 +157,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.
     verification: runs plugins.tree_attention), an ExactMask (`exact_attention`) or None for 'all visible'. The one
     place attention is computed."""
     if isinstance(mask, PackedTreeMask):
-        from eagle_trt.plugins.tree_attention import tree_attention
+        from eagle_trt.kernels.tree_attention import tree_attention
 
         out = tree_attention(q.transpose(0, 1).contiguous(), k.unsqueeze(0), v.unsqueeze(0), mask.packed,
                              mask.cu_seqlens, mask.prefix_lens, max_tree_len=q.shape[1])
@@ -180,7 +180,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps) if args.qk_norm else None
         self.sliding = sliding  # this layer sees keys through the model's sliding window
-        self.qkv_proj: nn.Module | None = None  # q|k|v in one matmul, set by runtime.fast.fuse_projections
+        self.qkv_proj: nn.Module | None = None  # q|k|v in one matmul, set by runtime.linears.fuse_projections
 
     def project(self, x: torch.Tensor):
         """x: [T, in] -> q [T, heads*D], k [T, kv_heads*D], v [T, kv_heads*D]."""
@@ -227,7 +227,7 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=args.mlp_bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=args.mlp_bias)
-        self.gate_up_proj: nn.Module | None = None  # gate|up in one matmul, set by runtime.fast.fuse_projections
+        self.gate_up_proj: nn.Module | None = None  # gate|up in one matmul, set by runtime.linears.fuse_projections
 
     def forward(self, x):
         if self.gate_up_proj is None:
@@ -292,7 +292,7 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         self.cache: KVCache | None = None
         self.rope: Rope | None = None
-        self.batch_invariant = False  # set by runtime.fast.prepare (int8; packed fp32): attention runs exact_attention
+        self.batch_invariant = False  # set by runtime.linears.prepare (int8; packed fp32): attention runs exact_attention
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""

@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from eagle_trt import chat
 from eagle_trt import request_rules as rules
 from eagle_trt.errors import EagleTrtError, missing_extra
 from eagle_trt.serving import openai_schema as S
@@ -63,7 +64,7 @@ class OpenAIRoute:
         limits = S.Limits(tokenizer=tokenizer, max_input_len=spec.max_input_len, max_seq_len=spec.max_seq_len,
                           vocab_size=len(tokenizer),
                           byte_cap=rules.prompt_byte_cap(spec.max_input_len, rules.longest_token_bytes(tokenizer)),
-                          specials=rules.special_strings(tokenizer),
+                          specials=chat.special_strings(tokenizer),
                           has_chat_template=bool(getattr(tokenizer, "chat_template", None)))
         return cls(limits, triton_url=triton_url, models=models)
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from eagle_trt import chat
 from eagle_trt import request_rules as rules
 from eagle_trt.errors import EagleTrtError
 
@@ -94,8 +95,8 @@ def plan_request(kind: str, body, limits: Limits, models: list[str]) -> Plan:
         if not limits.has_chat_template:
             raise rules.bad_request("messages", "this model has no chat template", "use /v1/completions")
         messages = rules.check_messages("messages", body.get("messages"))
-        rules.check_prompt_bytes("messages", rules.content_bytes(messages), limits.byte_cap, limits.max_input_len)
-        prompt_ids = rules.encode_chat(limits.tokenizer, messages, specials=limits.specials)
+        rules.check_prompt_bytes("messages", chat.content_bytes(messages), limits.byte_cap, limits.max_input_len)
+        prompt_ids = chat.encode_chat(limits.tokenizer, messages, specials=limits.specials)
         triton["messages"] = json.dumps(messages)
         param = "messages"
     else:

@@ -82,14 +82,14 @@ def generate_data(base_dir: Path, prompts: list[str], data_dir: Path, cfg: DataC
         batch = prompts[index: index + cfg.batch_size]
         pairs = _answer(hf, tok, batch, cfg, stop) if cfg.answer else _templated(tok, batch, cfg)
         for ids, n_prompt in pairs:
-            records.append(_features(ours, ids, n_prompt, capture))
+            records.append(features_record(ours, ids, n_prompt, capture))
         if progress is not None:
             progress(len(batch))
         while len(records) >= cfg.shard_records or (records and index + cfg.batch_size >= len(prompts)):
             chunk, records = records[: cfg.shard_records], records[cfg.shard_records:]
             path = data_dir / f"shard-{done:05d}.safetensors"
             tmp = path.with_suffix(".tmp")
-            save_file(_pack(chunk), str(tmp))
+            save_file(pack_records(chunk), str(tmp))
             tmp.rename(path)
             done += 1
     return shard_paths(data_dir)
@@ -128,7 +128,9 @@ def _answer(hf, tok, batch: list[str], cfg: DataConfig, stop: set[int]) -> Itera
 
 
 @torch.inference_mode()
-def _features(model, ids: list[int], n_prompt: int, capture: tuple[int, ...]) -> dict:
+def features_record(model, ids: list[int], n_prompt: int, capture: tuple[int, ...]) -> dict:
+    """One training record: the base's final hidden states over `ids` (input_ids [T], features [T, H] fp16, greedy
+    [T], captured [T, 3H] for EAGLE-3), the first n_prompt of them the prompt."""
     device = model.embed_tokens.weight.device
     t = torch.tensor(ids)
     logits, hidden, captured = model(t.to(device), torch.arange(len(ids), device=device), 0, capture=capture)
@@ -139,7 +141,8 @@ def _features(model, ids: list[int], n_prompt: int, capture: tuple[int, ...]) ->
     return rec
 
 
-def _pack(records: list[dict]) -> dict[str, torch.Tensor]:
+def pack_records(records: list[dict]) -> dict[str, torch.Tensor]:
+    """Records -> one shard's tensors (concatenated along tokens, with lengths); `load_records` undoes it."""
     out = {"input_ids": torch.cat([r["input_ids"] for r in records]),
            "lengths": torch.tensor([len(r["input_ids"]) for r in records]),
            "n_prompt": torch.tensor([r["n_prompt"] for r in records]),
@@ -193,9 +196,9 @@ def add_captured(base_dir: Path, paths: list[Path], capture: tuple[int, ...], pr
         if ours is None:
             ours = load_base(ModelSpec.from_dir(base_dir), torch.float32, device)
         ours.setup_cache(max(len(r["input_ids"]) for r in old) + 8)
-        new = [_features(ours, r["input_ids"].tolist(), r["n_prompt"], capture) for r in old]
+        new = [features_record(ours, r["input_ids"].tolist(), r["n_prompt"], capture) for r in old]
         tmp = path.with_suffix(".tmp")
-        save_file(_pack(new), str(tmp))
+        save_file(pack_records(new), str(tmp))
         tmp.rename(path)
         if progress is not None:
             progress(len(new))

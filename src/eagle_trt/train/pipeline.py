@@ -34,7 +34,7 @@ class TrainRequest:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     train3: Eagle3TrainConfig = field(default_factory=Eagle3TrainConfig)
-    draft_vocab: int = 32000  # EAGLE-3: draft vocabulary size (capped at the base's)
+    draft_vocab_size: int = 32000  # EAGLE-3: draft vocabulary size (capped at the base's)
     extra_prompts: int = 0  # more prompts, teacher-forced only (no answers): cheap extra features
     heldout_fraction: float = 0.05
     eval_prompts: int = 8
@@ -142,7 +142,8 @@ def run(req: TrainRequest, progress=None) -> dict:
     return record
 
 
-def _draft_spec_for(base, fmt: str = "eagle1", draft_vocab: int | None = None):
+def new_draft_spec(base, fmt: str = "eagle1", draft_vocab: int | None = None):
+    """The DraftSpec of a fresh one-layer draft for `base` (EAGLE-1 with fc bias, or EAGLE-3 with `draft_vocab`)."""
     from eagle_trt.spec import DraftSpec
 
     return DraftSpec(path=Path("."), format=fmt, hidden_size=base.hidden_size,
@@ -159,7 +160,7 @@ class _Eagle1Trainer:
         from eagle_trt.runtime.loading import build_draft
 
         self.req, self.base_spec, self.base, self.config = req, base_spec, base, req.train
-        self.draft = build_draft(_draft_spec_for(base_spec), base_spec, base)
+        self.draft = build_draft(new_draft_spec(base_spec), base_spec, base)
         init_from_identity(self.draft)
         self.draft.to(req.data.device)
 
@@ -182,9 +183,9 @@ class _Eagle3Trainer:
         from eagle_trt.train.eagle3 import draft_vocabulary, init_from_base, vocab_maps
 
         self.req, self.base_spec, self.base, self.config = req, base_spec, base, req.train3
-        used = draft_vocabulary(records, base_spec.vocab_size, req.draft_vocab)
+        used = draft_vocabulary(records, base_spec.vocab_size, req.draft_vocab_size)
         _, self.t2d = vocab_maps(used, base_spec.vocab_size)
-        self.draft = build_draft(_draft_spec_for(base_spec, "eagle3", len(used)), base_spec, base)
+        self.draft = build_draft(new_draft_spec(base_spec, "eagle3", len(used)), base_spec, base)
         init_from_base(self.draft, base, used)
         self.draft.to(req.data.device)
 
@@ -214,11 +215,11 @@ def measure_tau(base_dir: Path, draft_dir: Path, prompts: list[str], max_tokens:
     from eagle_trt.runtime import EagleDecoder
 
     tok = AutoTokenizer.from_pretrained(base_dir)
-    engine = EagleDecoder.load(base_dir, draft_dir, tree=tree, device=device)
+    decoder = EagleDecoder.load(base_dir, draft_dir, tree=tree, device=device)
     lengths = []
     for p in prompts:
         ids = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-        res = engine.generate_all(tok(ids, add_special_tokens=False)["input_ids"][:512], max_tokens,
-                                  stop_token_ids=engine.base_spec.eos_token_ids)
+        res = decoder.generate_all(tok(ids, add_special_tokens=False)["input_ids"][:512], max_tokens,
+                                  stop_token_ids=decoder.base_spec.eos_token_ids)
         lengths += res.stats.accepted_lengths
     return sum(lengths) / max(len(lengths), 1)

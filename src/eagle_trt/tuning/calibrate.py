@@ -17,15 +17,16 @@ import json
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 
 from eagle_trt.tuning import TUNE_BUDGET_S
-from eagle_trt.tuning.profile import ProfileConfig, profile_engine
+from eagle_trt.tuning.profile import ProfileConfig, profile_decoder
 from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
-from eagle_trt.tree import AUTO, DEFAULT_TREES, Suffix, Tree, TreeConfig, resolve
+from eagle_trt.tree import Tree
+from eagle_trt.tree_config import AUTO, DEFAULT_RUNTIME_TREE, Suffix, TreeConfig, resolve
 
 TUNER_VERSION = 5  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
@@ -33,7 +34,7 @@ STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the c
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
 # what interactive commands use untuned: on a CPU the tuner chooses small trees (dynamic:3,2,4 on this 2-core
 # machine, int8 and fp32: docs/results/2026-11-25-draft-batch); on a GPU the engine's default
-PRESET_TREES = {"cpu": "dynamic:3,2,4", "cuda": DEFAULT_TREES["pytorch"]}
+PRESET_TREES = {"cpu": "dynamic:3,2,4", "cuda": DEFAULT_RUNTIME_TREE}
 # suffix-automaton candidates (runtime/suffix.py) tried on the fastest drafted tree: (min match, max tokens)
 SUFFIX_GRID = ((2, 6), (4, 8))
 TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 1 + len(SUFFIX_GRID)  # profile, acceptance, plain, runs
@@ -100,20 +101,20 @@ def _prompts(base: Path, n: int) -> list[list[int]]:
             for p in load_dataset("calibration")[:n]]
 
 
-def _run(engine, prompts, max_tokens) -> tuple[float, float]:
+def _run(decoder, prompts, max_tokens) -> tuple[float, float]:
     """(mean accepted length, milliseconds per verify step) over the prompts (greedy; prefill excluded)."""
-    return _interleaved([engine], prompts, max_tokens)[0]
+    return _interleaved([decoder], prompts, max_tokens)[0]
 
 
-def _interleaved(engines, prompts, max_tokens) -> list[tuple[float, float]]:
+def _interleaved(decoders, prompts, max_tokens) -> list[tuple[float, float]]:
     """(mean accepted length, milliseconds per verify step) of each engine, measured prompt by prompt in turn (a, b,
     c, a, b, c, ...), so that a machine slowing down during the run moves all of them alike (greedy; prefill
     excluded)."""
-    steps, tokens, seconds = [0] * len(engines), [0] * len(engines), [0.0] * len(engines)
+    steps, tokens, seconds = [0] * len(decoders), [0] * len(decoders), [0.0] * len(decoders)
     for ids in prompts:
-        for i, engine in enumerate(engines):
+        for i, decoder in enumerate(decoders):
             t0 = time.perf_counter()
-            stats = engine.generate_all(ids, max_tokens, stop_token_ids=engine.base_spec.eos_token_ids).stats
+            stats = decoder.generate_all(ids, max_tokens, stop_token_ids=decoder.base_spec.eos_token_ids).stats
             seconds[i] += time.perf_counter() - t0 - stats.prefill_time_s
             steps[i] += len(stats.accepted_lengths)
             tokens[i] += sum(stats.accepted_lengths)
@@ -138,21 +139,52 @@ def cache_key(req: TuneRequest) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:20]
 
 
+@dataclass(frozen=True)
+class TuneResult:
+    """What `tune` measured and chose; the tuning cache stores it as JSON (`to_dict` / `from_dict`)."""
+
+    chosen: dict  # TreeChoice.to_dict() of the fastest tree measured: "tree", predicted length / step / tok/s
+    candidates: list[dict]  # every tree measured: TreeChoice.to_dict() + "measured_tok_per_s"
+    acceptance: list[list[float]]  # [PROBE_DEPTH][PROBE_WIDTH]: the draft's acceptance by depth and rank
+    context: float  # mean tokens in context the costs were read at
+    profile: dict  # the cost table (tuning/profile.py)
+    overhead_ms: float  # per verify step, what the forwards do not explain
+    plain_overhead_ms: float  # the same for plain decoding
+    measured_plain_ms: float  # plain decoding's ms per token on the calibration prompts
+    seconds: float  # how long tuning took
+    skipped: list[str]  # candidates the time budget left out
+    budget_s: float
+    request: dict  # the TuneRequest, as strings
+    tuner_version: int
+
+    @property
+    def tree(self) -> str:
+        """The chosen --tree value."""
+        return self.chosen["tree"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TuneResult:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
 def cache_path(req: TuneRequest) -> Path:
     from eagle_trt.demo_model import cache_root
 
     return cache_root() / "tuning" / f"{cache_key(req)}.json"
 
 
-def cached_tuning(req: TuneRequest) -> dict | None:
+def cached_tuning(req: TuneRequest) -> TuneResult | None:
     """The stored result for this request on this machine and code, or None (nothing is measured)."""
     path = cache_path(req)
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    return TuneResult.from_dict(json.loads(path.read_text(encoding="utf-8"))) if path.exists() else None
 
 
 def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
-         progress=lambda done, total, what: None) -> dict:
-    """Measure (or read from the cache) and choose. Returns {"chosen": {...}, "candidates": [...], ...}.
+         progress=lambda done, total, what: None) -> TuneResult:
+    """Measure (or read from the cache) and choose.
     `progress(done, total, what)` after each of the TUNE_STAGES stages; candidates not started within
     req.budget_s are skipped (listed in "skipped"), the first dynamic tree always runs."""
     from eagle_trt.runtime import EagleDecoder
@@ -160,7 +192,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     path = cache_path(req)
     if use_cache and path.exists():
         echo(f"--tree auto: cached tuning {path}")
-        return json.loads(path.read_text(encoding="utf-8"))
+        return TuneResult.from_dict(json.loads(path.read_text(encoding="utf-8")))
     t0 = time.time()
     done = 0
 
@@ -174,7 +206,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
          f"~{req.budget_s:.0f} s (once per machine, then cached)")
     probe = EagleDecoder.load(req.base, req.draft, tree=TreeConfig("static", tree=probe_tree()), device=req.device,
                               dtype=req.dtype, draft_vocab=req.draft_vocab)
-    profile = profile_engine(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
+    profile = profile_decoder(probe, ProfileConfig(contexts=(128, 512)), echo=echo)
     advance("cost table")
     counter = AcceptanceCounter(PROBE_DEPTH, PROBE_WIDTH)
     probe.on_verify = counter
@@ -243,36 +275,36 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     # the cost model ranks the static trees; measurements on the calibration prompts pick between its first few and
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
     chosen = max(candidates, key=lambda c: measured_tps[c.arg])
-    result = {"chosen": chosen.to_dict(),
-              "candidates": [{**c.to_dict(), "measured_tok_per_s": round(measured_tps[c.arg], 3)} for c in candidates],
-              "acceptance": accept, "context": context, "profile": profile, "overhead_ms": cost.overhead,
-              "plain_overhead_ms": cost.plain_overhead, "measured_plain_ms": plain_ms,
-              "seconds": round(time.time() - t0, 1), "skipped": skipped, "budget_s": req.budget_s,
-              "request": {k: str(v) for k, v in req.__dict__.items()}, "tuner_version": TUNER_VERSION}
+    result = TuneResult(
+        chosen=chosen.to_dict(),
+        candidates=[{**c.to_dict(), "measured_tok_per_s": round(measured_tps[c.arg], 3)} for c in candidates],
+        acceptance=accept, context=context, profile=profile, overhead_ms=cost.overhead,
+        plain_overhead_ms=cost.plain_overhead, measured_plain_ms=plain_ms, seconds=round(time.time() - t0, 1),
+        skipped=skipped, budget_s=req.budget_s, request={k: str(v) for k, v in req.__dict__.items()},
+        tuner_version=TUNER_VERSION)
     echo(f"--tree auto: {chosen.arg} ({measured_tps[chosen.arg]:.1f} tok/s measured; predicted accepted length "
-         f"{chosen.accepted_length:.2f}, {chosen.tok_per_s:.1f} tok/s, {chosen.speedup:.2f}x) in {result['seconds']:.0f} s")
+         f"{chosen.accepted_length:.2f}, {chosen.tok_per_s:.1f} tok/s, {chosen.speedup:.2f}x) in {result.seconds:.0f} s")
     if skipped:
         echo(f"--tree auto: the {req.budget_s:.0f} s budget ran out; not measured: {', '.join(skipped)}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    tmp.write_text(json.dumps(result.to_dict(), indent=2), encoding="utf-8")
     tmp.replace(path)
     return result
 
 
-def predict(result: dict, arg: str) -> TreeChoice | None:
+def predict(result: TuneResult, arg: str) -> TreeChoice | None:
     """The tuner's prediction for another tree setting, from a tune() result (None if it cannot tell)."""
     from eagle_trt.tuning.tree_tuner import static_step_ms
 
-    cost = CostModel.from_profile(result["profile"], int(result["context"]), result["overhead_ms"],
-                                  result["plain_overhead_ms"])
-    for c in result["candidates"]:
+    cost = CostModel.from_profile(result.profile, int(result.context), result.overhead_ms, result.plain_overhead_ms)
+    for c in result.candidates:
         if c["tree"] == arg:
             return TreeChoice(arg, c["predicted_accepted_length"], c["predicted_step_ms"], cost.plain_step())
     cfg = resolve(arg)
     if cfg.kind == "dynamic" or cfg.suffix is not None:  # measured only: what the text repeats is not modelled
         return None
-    accept = result["acceptance"]
+    accept = result.acceptance
     value, stack = 1.0, {(): 1.0}
     for choice in cfg.tree.choices:  # parents come first
         if len(choice) > len(accept) or choice[-1] >= len(accept[0]):
@@ -292,7 +324,8 @@ def tune_command(req: TuneRequest) -> str:
     return line
 
 
-def preset_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None, **load) -> tuple[str, dict | None]:
+def preset_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None,
+                **load) -> tuple[str, TuneResult | None]:
     """For interactive commands, which never measure: (the concrete --tree value, the cached tuning or None).
     `auto` takes the cached choice if this machine has tuned this pair, else the engine's default tree, and says
     how to tune."""
@@ -303,30 +336,22 @@ def preset_tree(tree: str, base: Path, draft: Path | None, echo=lambda msg: None
     req = TuneRequest(Path(base), Path(draft), **load)
     result = cached_tuning(req)
     if result is not None:
-        echo(f"--tree auto: {result['chosen']['tree']} (tuned on this machine, {cache_path(req)})")
-        return result["chosen"]["tree"], result
-    preset = PRESET_TREES.get(req.device, DEFAULT_TREES["pytorch"])
+        echo(f"--tree auto: {result.tree} (tuned on this machine, {cache_path(req)})")
+        return result.tree, result
+    preset = PRESET_TREES.get(req.device, DEFAULT_RUNTIME_TREE)
     echo(f"--tree auto: not tuned on this machine yet; using the preset {preset}. To tune once (a few minutes, "
          f"cached): {tune_command(req)}")
     return preset, None
 
 
-def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: str, draft_vocab: int | None,
+def tuned_tree(base: Path, draft: Path | None, device: str, dtype: str, draft_vocab: int | None,
                echo=lambda msg: None, threads: int | None = None, progress=lambda done, total, what: None,
                budget_s: float = TUNE_BUDGET_S) -> dict:
-    """Build options for `--tree auto`: {"tree": the tuned tree, "tree_tuning": what the bundle records}.
-    `threads`: the CPU threads the served engine will have (costs measured at another count mislead the tuner)."""
-    from eagle_trt.build_spec import auto_dtype
-    from eagle_trt.errors import EagleTrtError
-    from eagle_trt.spec import ModelSpec
-
-    if engine not in ("auto", "pytorch"):
-        raise EagleTrtError(f"--tree auto tunes the pytorch engine's runtime tree, not engine {engine!r}",
-                            "pass a static tree (e.g. --tree mc_sim_7b_63 or chain:3) for TensorRT-LLM engines")
+    """Build options for `--tree auto` on our runtime: {"tree": the tuned tree, "tree_tuning": what the bundle
+    records}. `dtype`: the bundle's (resolved); `threads`: the CPU threads the served engine will have (costs
+    measured at another count mislead the tuner)."""
     if draft is None:
         return {}
-    if dtype == "auto":
-        dtype = auto_dtype(ModelSpec.from_dir(base).torch_dtype, "pytorch", device)
     before = torch.get_num_threads()
     if threads and device == "cpu":
         torch.set_num_threads(threads)
@@ -335,6 +360,5 @@ def tuned_tree(base: Path, draft: Path | None, engine: str, device: str, dtype: 
                                   budget_s=budget_s), echo, progress=progress)
     finally:
         torch.set_num_threads(before)
-    chosen = result["chosen"]
-    return {"tree": chosen["tree"], "tree_tuning": chosen | {"dtype": dtype, "tuned_in_s": result["seconds"],
-                                                                     "threads": threads or before}}
+    return {"tree": result.tree, "tree_tuning": result.chosen | {"dtype": dtype, "tuned_in_s": result.seconds,
+                                                                 "threads": threads or before}}

@@ -43,13 +43,13 @@ def _best_ms(calls: dict, repeats: int, sync) -> dict:
 
 
 @torch.inference_mode()
-def profile_engine(engine, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg: None) -> dict:
+def profile_decoder(decoder, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg: None) -> dict:
     """Measure `engine` (an EagleDecoder, draft optional). Returns the cost table (JSON-able)."""
-    base, draft, device = engine.base, engine.draft, engine.device
+    base, draft, device = decoder.base, decoder.draft, decoder.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     vocab = base.args.vocab_size
     gen = torch.Generator().manual_seed(0)
-    room = engine.max_seq_len
+    room = decoder.max_seq_len
     contexts = [c for c in cfg.contexts if c + max(cfg.tokens) <= room]
     forward: dict[str, dict[str, float]] = {}
     for ctx in contexts:
@@ -83,7 +83,7 @@ def profile_engine(engine, cfg: ProfileConfig = ProfileConfig(), echo=lambda msg
         echo("  draft forward: " + ", ".join(f"W={w} {ms:.2f} ms" for w, ms in result["draft_step_ms"].items()))
     result["machine"] = {"platform": platform.platform(), "processor": platform.processor(),
                          "threads": torch.get_num_threads(), "device": device, "torch": torch.__version__}
-    result["engine"] = {"dtype": engine.precision, "batch_invariant": bool(base.batch_invariant),
+    result["engine"] = {"dtype": decoder.precision, "batch_invariant": bool(base.batch_invariant),
                         "draft": None if draft is None else draft.format,
                         "draft_vocab": None if draft is None or getattr(draft, "vocab_ids", None) is None
                         else int(draft.vocab_ids.numel())}

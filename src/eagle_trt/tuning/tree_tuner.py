@@ -19,7 +19,8 @@ import heapq
 from dataclasses import dataclass
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.tree import Tree, TreeConfig
+from eagle_trt.tree import Tree
+from eagle_trt.tree_config import TreeConfig
 
 
 def _interpolate(table: dict[int, float], x: float) -> float:

@@ -3,7 +3,8 @@ the TensorRT-LLM engine that passes its acceptance outputs through to the ensemb
 metrics port under the same names and labels as the pytorch engine (eagle_trt.metrics, acceptance_metrics.py).
 
 One step per ensemble, so that its `model` label says which ensemble (eagle_model / base_model) it serves; its config
-parameters give model, tree and dtype, and `engine` (trtllm | llmapi) which families it registers.
+parameters give model, tree and dtype, and `count_output_tokens` whether the engine answers token ids it can count
+(trtllm's sequence_length; the LLM-API model answers text only).
 
 Inputs, one request per engine response (the tensors TensorRT-LLM's model answers, docs/trtllm_formats.md §4):
 acceptance_rate, total_accepted_draft_tokens, total_draft_tokens, arrival_time_ns (each [1]; they come only when the
@@ -75,10 +76,10 @@ class TritonPythonModel:
         from eagle_trt.model_repository.python_models.acceptance_metrics import AcceptanceMetrics
 
         param = parameters(args)
-        counters = {"trtllm": TRTLLM_METRICS, "llmapi": LLMAPI_METRICS}[param["engine"]]
+        self.count_tokens = param["count_output_tokens"] == "true"
+        counters = TRTLLM_METRICS if self.count_tokens else LLMAPI_METRICS
         self.metrics = AcceptanceMetrics(param["model"], param["tree"], param["dtype"], counters=counters,
                                          histogram=False)
-        self.count_tokens = param["engine"] == "trtllm"
         self.totals = CumulativeTotals()
         config = json.loads(args["model_config"])
         self.out_dtypes = {name: pb_utils.triton_string_to_numpy(

@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
+from model_params import bundle_spec, parameters  # beside model.py (layout.py copies it)
 
 
 MAX_CANCELLED_KEYS = 4096  # remembered cancelled stream keys (oldest dropped first)
@@ -50,15 +50,6 @@ def unpack_stop_words(packed) -> list:
         out.append([int(t) for t in flat[start:end]])
         start = int(end)
     return [seq for seq in out if seq]
-
-
-def find_stop(tokens: list, stop_sequences: list, start: int):
-    """Index just before the first stop sequence ending at or after `start` in `tokens`, else None."""
-    for end in range(max(start, 1), len(tokens) + 1):
-        for seq in stop_sequences:
-            if len(seq) <= end and tokens[end - len(seq):end] == seq:
-                return end - len(seq)
-    return None
 
 
 def _is_cancel_request(request) -> bool:
@@ -100,7 +91,7 @@ class RequestState:
         stop_tensor = pb_utils.get_input_tensor_by_name(request, "stop_words_list")
         stops = unpack_stop_words(stop_tensor.as_numpy()) if stop_tensor is not None else []
         self.stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stops if len(s) == 1)} - {-1}))
-        self.multi_token_stops = [s for s in stops if len(s) > 1]
+        self.stop_sequences = [s for s in stops if len(s) > 1]  # stop words: the runtime cuts before them
         self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0)
         self.slot, self.closed, self.counter = None, False, None
 
@@ -112,27 +103,20 @@ class TritonPythonModel:
         from eagle_trt.model_repository.python_models.acceptance_metrics import AcceptanceMetrics
         from eagle_trt.runtime import EagleDecoder
         from eagle_trt.runtime.batching import Batcher
-        from eagle_trt.tree import TreeConfig
 
         param = parameters(args)
-        if param.get("device", "cpu") == "cpu":
+        spec = bundle_spec(param)  # every value the decoder runs with; config.pbtxt adds the serving knobs
+        speculative = param.get("speculative") == "true" and spec.draft is not None
+        if spec.device == "cpu":
             import torch
 
             from eagle_trt.model_repository.configs import cpu_threads
 
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             torch.set_num_threads(self.threads)
-        tree = TreeConfig.from_dict(json.loads(param["tree"]), where="config.pbtxt tree")
-        self.decoder = EagleDecoder.load(
-            local_dir(param, "base_dir"), draft_dir=local_dir(param, "draft_dir") if param.get("draft_dir") else None,
-            tree=tree,
-            device=param.get("device", "cpu"), dtype=param.get("dtype", "float32"),
-            max_seq_len=int(param["max_seq_len"]),
-            draft_vocab=int(param["draft_vocab"]) if "draft_vocab" in param else None,
-        )
+        self.decoder = EagleDecoder.from_bundle(spec, speculative)
         ensemble = {engine: name for name, engine in ENSEMBLES.items()}.get(args["model_name"], args["model_name"])
-        self.metrics = AcceptanceMetrics(ensemble, tree.label() if param.get("draft_dir") else "none",
-                                         param.get("dtype", "float32"))
+        self.metrics = AcceptanceMetrics(ensemble, spec.tree.label() if speculative else "none", spec.dtype)
         policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
         self.batcher = Batcher(self.decoder, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
                                policy)
@@ -214,7 +198,8 @@ class TritonPythonModel:
                                       top_k=int(_scalar(request, "runtime_top_k", 0)),
                                       top_p=float(_scalar(request, "runtime_top_p", 1.0)),
                                       seed=None if seed is None else int(seed))
-            state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state)
+            state.slot = self.batcher.start(state.prompt, state.max_new, sampling, state.stop_token_ids, key=state,
+                                            stop_sequences=state.stop_sequences)
             state.counter = RequestCounter(self.metrics)
             pb_utils.Logger.log_info(f"request started with {len(self.batcher.active)} running, tree "
                                      f"{state.slot.tree_label} (stream {state.stream_key})")
@@ -224,19 +209,15 @@ class TritonPythonModel:
         self.running.append(state)
 
     def _on_step(self, state, step):
-        state.generated.extend(step.token_ids)
+        # a stop word that began in tokens already streamed cannot be taken back from the client (runtime.stops)
+        state.generated = state.generated[:len(state.generated) - step.retract] + step.token_ids
         state.figures = _stats_figures(step.stats)
         self._guarded(state.counter.step, step.stats)
-        cut = find_stop(state.generated, state.multi_token_stops, state.sent) if state.multi_token_stops else None
-        if cut is not None:
-            state.generated = state.generated[:cut]
         if state.streaming and len(state.generated) > state.sent:
             chunk = (state.prompt if (state.sent == 0 and not state.exclude_input) else []) + state.generated[state.sent:]
             state.sender.send(self._response(chunk, state.figures, state.key, finished=False))
             state.sent = len(state.generated)
-        if cut is not None or step.finish_reason is not None:
-            if cut is not None:
-                self.batcher.cancel(state.slot)
+        if step.finish_reason is not None:
             chunk = [] if state.streaming else ((state.prompt if not state.exclude_input else []) + state.generated)
             state.closed = True
             self._guarded(self.metrics.request_done, len(state.generated))

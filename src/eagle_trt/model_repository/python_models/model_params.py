@@ -1,5 +1,5 @@
 """What the python models share, copied beside each one's model.py (the python stub puts that directory on
-sys.path): PYTHONPATH honoured, their config.pbtxt parameters and the directories those parameters name."""
+sys.path): PYTHONPATH honoured, their config.pbtxt parameters, and the bundle's spec they take their values from."""
 
 import json
 import os
@@ -25,11 +25,23 @@ def parameters(args: dict) -> dict:
     return {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
 
 
-def local_dir(param: dict, key: str) -> str:
-    """A directory named by a config parameter; a clear load error when it is gone."""
-    path = param.get(key, "")
-    if not os.path.isdir(path):
+def bundle_spec(param: dict):
+    """The bundle's BuildSpec (its eagle_trt_spec.json, named by the `bundle_spec` parameter): what every value
+    this model runs with comes from; a clear load error when the bundle is not where it was built."""
+    from eagle_trt.build_spec import BuildSpec
+
+    path = param.get("bundle_spec", "")
+    if not os.path.isfile(path):
         raise pb_utils.TritonModelException(
-            f"{key} {path!r} (a parameter in this model's config.pbtxt) is not a directory; the bundle was built "
-            "from a model directory that has moved: rebuild it with `eagle-trt build`")
-    return path
+            f"bundle_spec {path!r} (a parameter in this model's config.pbtxt) is not a file; the bundle has moved "
+            "from where `eagle-trt build` wrote it: rebuild it, or mount it at that path")
+    return BuildSpec.load(path)
+
+
+def checked_dir(path, what: str) -> str:
+    """A directory the bundle's spec names; a clear load error when it is gone."""
+    if not os.path.isdir(str(path)):
+        raise pb_utils.TritonModelException(
+            f"the {what} {str(path)!r} (from the bundle's eagle_trt_spec.json) is not a directory; the bundle was "
+            "built from a model directory that has moved: rebuild it with `eagle-trt build`")
+    return str(path)

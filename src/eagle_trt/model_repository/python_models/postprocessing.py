@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
+from model_params import bundle_spec, checked_dir, parameters  # beside model.py (layout.py copies it)
 
 
 MAX_OPEN_STREAMS = 4096  # state of streams whose final response never came (cancelled) is dropped oldest-first
@@ -65,10 +65,10 @@ class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
 
-        param = parameters(args)
-        tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
+        spec = bundle_spec(parameters(args))
+        tokenizer = AutoTokenizer.from_pretrained(checked_dir(spec.base.path, "base"), trust_remote_code=False,
                                                   local_files_only=True)
-        self.detok = IncrementalDetokenizer(tokenizer, param.get("skip_special_tokens", "true") == "true")
+        self.detok = IncrementalDetokenizer(tokenizer, skip_special_tokens=True)
         self.cancelled = OrderedDict()  # stream keys whose engine was already asked to stop
 
     def execute(self, requests):

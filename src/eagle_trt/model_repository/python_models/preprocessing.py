@@ -22,8 +22,9 @@ import random
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from model_params import local_dir, parameters  # beside model.py (layout.py copies it)
+from model_params import bundle_spec, checked_dir, parameters  # beside model.py (layout.py copies it)
 
+from eagle_trt import chat
 from eagle_trt import request_rules as rules
 from eagle_trt.errors import EagleTrtError
 
@@ -65,19 +66,18 @@ class TritonPythonModel:
     def initialize(self, args):
         from transformers import AutoTokenizer
 
-        param = parameters(args)
-        self.tokenizer = AutoTokenizer.from_pretrained(local_dir(param, "tokenizer_dir"), trust_remote_code=False,
+        spec = bundle_spec(parameters(args))
+        self.tokenizer = AutoTokenizer.from_pretrained(checked_dir(spec.base.path, "base"), trust_remote_code=False,
                                                        local_files_only=True)
-        self.chat_default = param.get("chat_template", "true") == "true"
+        self.chat_default = spec.chat_template
         self.has_chat_template = bool(getattr(self.tokenizer, "chat_template", None))
-        self.add_special_tokens = param.get("add_special_tokens", "true") == "true"
-        self.max_input_len = int(param["max_input_len"])
-        self.max_seq_len = int(param["max_seq_len"])
+        self.max_input_len = spec.max_input_len
+        self.max_seq_len = spec.max_seq_len
         self.vocab_size = len(self.tokenizer)
-        self.specials = rules.special_strings(self.tokenizer)
+        self.specials = chat.special_strings(self.tokenizer)
         self.byte_cap = rules.prompt_byte_cap(self.max_input_len, rules.longest_token_bytes(self.tokenizer))
         self.messages_byte_cap = 2 * self.byte_cap + 64 * 1024  # the JSON around the contents, escapes included
-        end_ids = [int(x) for x in param.get("end_ids", "").split(",") if x.strip()]
+        end_ids = list(spec.base.eos_token_ids)
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in end_ids:
             end_ids.append(self.tokenizer.eos_token_id)
         if not end_ids:
@@ -130,9 +130,9 @@ class TritonPythonModel:
         pad_id = rules.check_token_id("pad_id", scalar(request, "PAD_ID", self.pad_id), self.vocab_size)
         if use_chat:
             messages = messages or [{"role": "user", "content": prompt}]
-            input_ids = rules.encode_chat(self.tokenizer, messages, specials=self.specials)
+            input_ids = chat.encode_chat(self.tokenizer, messages, specials=self.specials)
         else:
-            input_ids = self.tokenizer.encode(prompt, add_special_tokens=self.add_special_tokens)
+            input_ids = self.tokenizer.encode(prompt, add_special_tokens=True)
         rules.check_prompt_tokens("messages" if prompt is None else "text_input", len(input_ids),
                                   self.max_input_len)
         max_tokens = rules.check_max_tokens("max_tokens", scalar(request, "REQUEST_OUTPUT_LEN"), len(input_ids),
@@ -163,7 +163,7 @@ class TritonPythonModel:
         size = len(raw_messages) if isinstance(raw_messages, bytes) else len(str(raw_messages).encode("utf-8"))
         rules.check_prompt_bytes("messages", size, self.messages_byte_cap, self.max_input_len)
         messages = rules.check_messages("messages", rules.check_text("messages", raw_messages))
-        rules.check_prompt_bytes("messages", rules.content_bytes(messages), self.byte_cap, self.max_input_len)
+        rules.check_prompt_bytes("messages", chat.content_bytes(messages), self.byte_cap, self.max_input_len)
         if not any(m["content"].strip() for m in messages):
             raise rules.bad_request("messages", "every message in 'messages' is empty", "send a non-empty message")
         return None, messages

@@ -3,7 +3,7 @@ TensorRT >= 10.6): a shape/dtype description and an implementation that calls th
 plugin's CUDA stream. Thin on purpose: everything it wraps (tree_attention, its layouts) is tested on its own.
 
 TensorRT finds the plugin by name once this module's `register()` has run in the process that builds or deserializes
-the engine (e.g. `python -c "import eagle_trt.plugins.trt_plugin as p; p.register()"` before trtllm-build, or
+the engine (e.g. `python -c "import eagle_trt.kernels.trt_plugin as p; p.register()"` before trtllm-build, or
 the same import in the serving process). This environment has no TensorRT, so it is never exercised here.
 """
 
@@ -50,7 +50,7 @@ def register() -> None:
               prefix_lens: trtp.Tensor, sm_scale: float, outputs: tuple, stream: int) -> None:
         import torch
 
-        from eagle_trt.plugins.tree_attention import tree_attention
+        from eagle_trt.kernels.tree_attention import tree_attention
 
         as_torch = (lambda t: torch.as_tensor(t, device="cuda"))  # noqa: E731 - __cuda_array_interface__
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):

@@ -3,9 +3,9 @@
 transformers >= 5 writes RoPE as `rope_parameters` (theta inside) and no longer writes `rope_theta` or
 `rope_scaling`; readers on transformers 4 (TensorRT-LLM <= 1.2 pins 4.57.3; vLLM releases of that time) fall back to
 theta 10000 and no scaling without a word: another model. For the engines that read the base's config.json
-themselves (llmapi, vllm), such a base is given as OUT/base: a symlink to each of its files but config.json, which
-holds both layouts (transformers 5 reads `rope_scaling` before `rope_parameters`, transformers 4 reads only the
-former, and both give the same RoPE). Nothing is copied but the config.
+themselves (`Engine.reads_hf_directories`: llmapi, vllm), such a base is given as OUT/base: a symlink to each of its
+files but config.json, which holds both layouts (transformers 5 reads `rope_scaling` before `rope_parameters`,
+transformers 4 reads only the former, and both give the same RoPE). Nothing is copied but the config.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eagle_trt.engines.engine import Engine
 from eagle_trt.spec import ModelSpec, read_config
 
 SERVED_BASE_DIR = "base"  # OUT/base
 
 
-def legacy_rope_missing(base: ModelSpec, engine: str) -> str | None:
+def legacy_rope_missing(base: ModelSpec, engine: Engine) -> str | None:
     """Why `engine` must be given the base with both RoPE layouts, or None."""
-    if engine not in ("llmapi", "vllm"):
+    if not engine.reads_hf_directories:
         return None
     cfg = read_config(base.path, "base")
     if "rope_theta" in cfg or "rope_parameters" not in cfg:

@@ -15,7 +15,7 @@ import importlib.metadata
 import shutil
 from dataclasses import dataclass
 
-from eagle_trt.backend import ENGINE_PATH_LAST
+from eagle_trt.engines.trtllm_backend import ENGINE_PATH_LAST
 from eagle_trt.errors import EagleTrtError
 
 DISTRIBUTION = "tensorrt_llm"

@@ -1,4 +1,4 @@
-"""The int8 and packed fp32 engines (runtime/fast.py): exact per-row int8 arithmetic, oneDNN-packed fp32 linears, a
+"""The int8 and packed fp32 engines (runtime/linears.py): exact per-row int8 arithmetic, oneDNN-packed fp32 linears, a
 batch-invariant forward (a verify row equals a one-token decode step bit for bit, through a tree's gaps), greedy
 identity against the same engine's plain int8 decoding, and the FR-Spec truncated draft vocabulary."""
 
@@ -9,7 +9,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime import EagleDecoder
-from eagle_trt.runtime.fast import Int8Linear, PackedLinear, check_precision, rows_are_independent
+from eagle_trt.runtime.linears import Int8Linear, PackedLinear, check_precision, rows_are_independent
 from runtime_helpers import OracleDraft
 
 PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
@@ -17,8 +17,8 @@ PROMPTS = [list(range(5, 30)), [1, 77, 88, 99, 2], [300, 12]]
 
 @pytest.fixture(scope="module")
 def int8_plain(tiny_base):
-    engine = EagleDecoder.load(tiny_base, None, dtype="int8")
-    return {tuple(p): engine.generate_all(p, 40).token_ids for p in PROMPTS}
+    decoder = EagleDecoder.load(tiny_base, None, dtype="int8")
+    return {tuple(p): decoder.generate_all(p, 40).token_ids for p in PROMPTS}
 
 
 def test_int8_linear_rows_are_independent_and_close_to_fp32():
@@ -69,19 +69,19 @@ def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
 
 
 def test_fp32_cpu_engine_packs_its_linears(tiny_base, eagle1_draft):
-    engine = EagleDecoder.load(tiny_base, eagle1_draft)
-    assert isinstance(engine.base.layers[0].mlp.gate_up_proj, PackedLinear)
-    assert isinstance(engine.draft.lm_head, Int8Linear)  # the draft only proposes: int8 on the CPU
-    assert isinstance(engine.draft.fc, PackedLinear)  # fc has a bias: packed fp32
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft)
+    assert isinstance(decoder.base.layers[0].mlp.gate_up_proj, PackedLinear)
+    assert isinstance(decoder.draft.lm_head, Int8Linear)  # the draft only proposes: int8 on the CPU
+    assert isinstance(decoder.draft.fc, PackedLinear)  # fc has a bias: packed fp32
     int8 = EagleDecoder.load(tiny_base, eagle1_draft, dtype="int8")
     assert isinstance(int8.draft.fc, PackedLinear) and isinstance(int8.base.lm_head, Int8Linear)
-    assert engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float64  # proven at load
+    assert decoder.base.batch_invariant and decoder.base.cache.k.dtype == torch.float64  # proven at load
 
 
 def test_fp32_engine_says_so_when_its_rows_are_not_independent(tiny_base, eagle1_draft, monkeypatch, caplog):
-    monkeypatch.setattr("eagle_trt.runtime.fast.rows_are_independent", lambda linears: False)
-    engine = EagleDecoder.load(tiny_base, eagle1_draft)
-    assert not engine.base.batch_invariant and engine.base.cache.k.dtype == torch.float32  # SDPA attention
+    monkeypatch.setattr("eagle_trt.runtime.linears.rows_are_independent", lambda linears: False)
+    decoder = EagleDecoder.load(tiny_base, eagle1_draft)
+    assert not decoder.base.batch_invariant and decoder.base.cache.k.dtype == torch.float32  # SDPA attention
     assert "not batch-invariant" in caplog.text and "--dtype int8" in caplog.text
 
 
@@ -106,9 +106,9 @@ def test_forward_is_batch_invariant_through_tree_gaps(tiny_base, dtype):
 @pytest.mark.parametrize("tree", ["chain:4", "static:mc_sim_7b_63", "dynamic:3,4,10"])
 def test_int8_oracle_draft_is_identical_and_accepts_whole_paths(tiny_base, int8_plain, tree):
     prompt = PROMPTS[0]
-    engine = EagleDecoder.load(tiny_base, None, tree=tree, dtype="int8")
-    engine.draft = OracleDraft(prompt + int8_plain[tuple(prompt)], engine.base.args.vocab_size)
-    result = engine.generate_all(prompt, 40)
+    decoder = EagleDecoder.load(tiny_base, None, tree=tree, dtype="int8")
+    decoder = decoder.with_draft(OracleDraft(prompt + int8_plain[tuple(prompt)], decoder.base.args.vocab_size))
+    result = decoder.generate_all(prompt, 40)
     assert result.token_ids == int8_plain[tuple(prompt)]
     assert result.stats.mean_accepted_length > 3
 
@@ -116,9 +116,9 @@ def test_int8_oracle_draft_is_identical_and_accepts_whole_paths(tiny_base, int8_
 @pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle3_draft"])
 @pytest.mark.parametrize("tree", ["chain:3", "static:eagle_default", "dynamic:5,8,48"])
 def test_int8_random_draft_is_identical(request, tiny_base, int8_plain, draft_name, tree):
-    engine = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree, dtype="int8")
+    decoder = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree, dtype="int8")
     for prompt in PROMPTS:
-        assert engine.generate_all(prompt, 40).token_ids == int8_plain[tuple(prompt)]
+        assert decoder.generate_all(prompt, 40).token_ids == int8_plain[tuple(prompt)]
 
 
 def _with_vocab(draft_dir, tmp_path, ids):
@@ -135,12 +135,12 @@ def test_truncated_draft_vocab_proposes_only_its_tokens_and_keeps_outputs(tiny_b
     draft = _with_vocab(eagle1_draft, tmp_path, ids)
     plain = EagleDecoder.load(tiny_base, None)
     for vocab, allowed in ((None, set(ids)), (16, set(ids[:16]))):
-        engine = EagleDecoder.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
-        assert engine.draft.lm_head.out_features == len(allowed)
+        decoder = EagleDecoder.load(tiny_base, draft, tree="dynamic:3,4,10", draft_vocab=vocab)
+        assert decoder.draft.lm_head.out_features == len(allowed)
         seen = set()
-        engine.on_verify = lambda tree, logits: seen.update(tree.tokens[1:].tolist())
+        decoder.on_verify = lambda tree, logits: seen.update(tree.tokens[1:].tolist())
         for prompt in PROMPTS:
-            assert engine.generate_all(prompt, 24).token_ids == plain.generate_all(prompt, 24).token_ids
+            assert decoder.generate_all(prompt, 24).token_ids == plain.generate_all(prompt, 24).token_ids
         assert seen and seen <= allowed
     full = EagleDecoder.load(tiny_base, draft, draft_vocab=0)
     assert full.draft.vocab_ids is None

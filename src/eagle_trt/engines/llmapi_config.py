@@ -4,17 +4,17 @@ model (`model.yaml`, read by the container's triton_backend/all_models/llmapi/te
 `trtllm-serve --extra_llm_api_options` (`llm_api_options.yaml`).
 
 `speculative_config` follows `Eagle3DecodingConfig` of the bundle's release line (`--backend-version` 1.2 / 1.3 / 1.4,
-eagle_trt.llmapi_release: only that release's fields are written, checked before anything is written):
+eagle_trt.engines.llmapi_release: only that release's fields are written, checked before anything is written):
   chain:N          -> max_draft_len: N
   static tree      -> eagle_choices: [[0], [1], [0, 0], ...], max_draft_len: its depth   (1.2, 1.3; 1.4 has no
-                      static trees: refused with the nearest dynamic tree, tree.validate_for_llmapi)
+                      static trees: refused with the nearest dynamic tree, validate_for_llmapi)
   dynamic:D,K,T    -> use_dynamic_tree: true, dynamic_tree_max_topK: K, max_draft_len: D+1, max_total_draft_tokens: T
   chain:N+suffix:M,N -> also sa_config: {threshold: M, enable_global_pool: false}   (SAEnhancerConfig, from 1.3)
   --load-policy P  -> draft_len_schedule: {1 and the last batch size of each run: its chain length (none: 0)}
                       (auto: not written - AUTO_TAIL was measured for the pytorch engine, not for TensorRT-LLM)
 Never written: eagle3_one_model and num_eagle_layers (gone in 1.3 / 1.4; TensorRT-LLM derives them).
 (Suffix candidates: TensorRT-LLM's SA overwrites the whole linear draft instead of adding a branch beside it, and
-proposes max_draft_len tokens, so only chain:N+suffix:M,N maps (tree.validate_for_llmapi). A load policy maps when
+proposes max_draft_len tokens, so only chain:N+suffix:M,N maps (validate_for_llmapi). A load policy maps when
 it starts with the bundle's tree and every entry is a chain or `none` with the same suffix threshold; `none` with
 suffix candidates is refused: later TensorRT-LLM floors SA-enhanced drafts at 1 token. docs/trtllm_formats.md §6a.)
 (TensorRT-LLM's max_draft_len is the number of drafter layers = tree levels; our D, like EAGLE's `depth`, counts
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
+from eagle_trt.engines.llmapi_release import LlmapiRelease, llmapi_release
 from eagle_trt.load_policy import LoadPolicy
-from eagle_trt.tree import AUTO, SUFFIX_MARK, TreeConfig, validate_for_llmapi
+from eagle_trt.tree_config import AUTO, SUFFIX_MARK, Suffix, TreeConfig
 
 MODEL_YAML = "model.yaml"
 SERVE_YAML = "llm_api_options.yaml"
@@ -59,6 +59,51 @@ def layers_to_capture(capture_inputs: tuple[int, ...] | None, num_layers: int) -
     if tuple(outputs) == tuple(sorted(trtllm_default_capture_outputs(num_layers))):
         return None
     return outputs
+
+
+def validate_for_llmapi(cfg: TreeConfig, release: LlmapiRelease) -> None:
+    """Eagle3DecodingConfig's rules in TensorRT-LLM release line `release` (tensorrt_llm/llmapi/llm_args.py @
+    00043967, docs/trtllm_formats.md §6, §6a). A static tree needs `eagle_choices` (gone from 1.4). A dynamic tree
+    (validate_eagle_config): max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len, where
+    its max_draft_len (drafter layers = tree levels) is our DEPTH + 1. Suffix candidates (`sa_config`, an
+    SAEnhancerConfig, from 1.3): its threshold is our MIN_MATCH, but it has no token count: the enhancer overwrites the
+    whole linear draft (max_draft_len tokens) when the match is long enough (_torch/speculative/sa_enhancer.py), and
+    the dynamic-tree worker gets no suffix automaton at all (_torch/speculative/utils.py) - so only
+    chain:N+suffix:M,N means on the LLM API what it means here."""
+    if cfg.kind == "static" and not release.static_trees:
+        tree = cfg.tree
+        width = max(len(c) for c in tree.children())
+        nearest = f"dynamic:{tree.depth - 1},{width},{min(tree.num_nodes, width * tree.depth)}" \
+            if tree.depth > 1 else f"chain:{tree.depth}"
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM {release.version} has no static trees "
+                            "(Eagle3DecodingConfig.eagle_choices was removed in 1.4)",
+                            f"pass the nearest tree it runs, --tree {nearest} (the same depth, width and node count, "
+                            f"chosen per step) or chain:{tree.depth}; or --backend-version 1.3 for this static tree")
+    levels = cfg.depth + 1 if cfg.kind == "dynamic" else 0
+    if cfg.kind == "dynamic" and not levels <= cfg.total_tokens <= cfg.top_k * levels:
+        raise EagleTrtError(f"TensorRT-LLM's dynamic tree needs DEPTH+1 <= TOKENS <= TOPK x (DEPTH+1), got "
+                            f"{cfg.to_arg()} ({levels} <= {cfg.total_tokens} <= {cfg.top_k * levels} fails)",
+                            f"pass e.g. --tree dynamic:{cfg.depth},{cfg.top_k},{cfg.top_k * levels} or a chain:N")
+    if cfg.suffix is None:
+        return
+    if not release.suffix:
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM {release.version} has no suffix automaton "
+                            "(Eagle3DecodingConfig.sa_config arrived in 1.3)",
+                            f"pass --backend-version 1.3 or newer, or drop {SUFFIX_MARK} from --tree")
+    if cfg.kind != "chain":
+        raise EagleTrtError(f"--tree {cfg.label()}: TensorRT-LLM's suffix automaton (sa_config) overwrites a linear "
+                            f"draft of max_draft_len tokens; its dynamic-tree worker has no suffix automaton and a "
+                            f"static tree drafts other nodes, so these candidates would be dropped or mean another "
+                            f"thing",
+                            f"use --tree chain:N{SUFFIX_MARK}:{cfg.suffix.min_match},N on --engine llmapi, or keep "
+                            f"this tree on --engine pytorch")
+    chain = cfg.tree.num_nodes
+    if cfg.suffix.max_tokens != chain:
+        fix = (f"--tree chain:{chain}{SUFFIX_MARK}:{cfg.suffix.min_match},{chain}" if chain <= Suffix.LIMIT else
+               f"a chain of at most {Suffix.LIMIT} tokens")
+        raise EagleTrtError(f"--tree {cfg.to_arg()}: TensorRT-LLM's suffix automaton (sa_config) proposes as many "
+                            f"tokens as the draft (max_draft_len {chain}), not {cfg.suffix.max_tokens}: it has no "
+                            f"knob for our TOKENS", f"pass {fix}")
 
 
 def tree_fields(cfg: TreeConfig, release: LlmapiRelease) -> dict:
@@ -129,7 +174,7 @@ def draft_len_schedule(policy: LoadPolicy, tree: TreeConfig, max_batch_size: int
 def speculative_config(spec: BuildSpec, load_policy: str = AUTO) -> dict:
     """Eagle3DecodingConfig for the bundle's tree and its load policy (`auto`: no draft_len_schedule), with only the
     fields the bundle's TensorRT-LLM release has (it rejects any other: "Extra inputs are not permitted")."""
-    release = llmapi_release(spec.llmapi_version)
+    release = llmapi_release(spec.backend_version)
     config = {"decoding_type": "Eagle3"} | tree_fields(spec.tree, release)
     if load_policy != AUTO:
         schedule = draft_len_schedule(LoadPolicy.parse(load_policy), spec.tree, spec.max_batch_size, release)
@@ -170,14 +215,20 @@ def dump_yaml(data: dict) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
 
 
+def llmapi_config_files(spec: BuildSpec, speculative: bool = True, decoupled: bool = True,
+                        load_policy: str = AUTO) -> dict[str, str]:
+    """{file name: text}: model.yaml for Triton's LLM-API model, and llm_api_options.yaml for trtllm-serve."""
+    return {MODEL_YAML: "# TensorRT-LLM LLM-API model (PyTorch backend), written by eagle-trt\n"
+                        + dump_yaml(model_yaml(spec, speculative, decoupled, load_policy)),
+            SERVE_YAML: f"# trtllm-serve {spec.engine_base_path} --backend pytorch --extra_llm_api_options "
+                        f"{SERVE_YAML}\n" + dump_yaml(llmapi_options(spec, speculative, load_policy))}
+
+
 def write_llmapi_config(spec: BuildSpec, path: Path, speculative: bool = True, decoupled: bool = True,
                         load_policy: str = AUTO) -> Path:
     """model.yaml at `path`, and llm_api_options.yaml for trtllm-serve beside it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("# TensorRT-LLM LLM-API model (PyTorch backend), written by eagle-trt\n"
-                    + dump_yaml(model_yaml(spec, speculative, decoupled, load_policy)), encoding="utf-8")
-    (path.parent / SERVE_YAML).write_text(
-        f"# trtllm-serve {spec.engine_base_path} --backend pytorch --extra_llm_api_options {SERVE_YAML}\n"
-        + dump_yaml(llmapi_options(spec, speculative, load_policy)), encoding="utf-8")
+    for name, text in llmapi_config_files(spec, speculative, decoupled, load_policy).items():
+        (path.parent / (path.name if name == MODEL_YAML else name)).write_text(text, encoding="utf-8")
     return path

@@ -169,7 +169,7 @@ def test_200_mixed_requests_at_concurrency_8(server):
 def test_disconnect_mid_stream_leaves_no_stuck_request(server):
     """The abandoned stream costs at most its own answer (bounded by max_tokens), then the next requests run at
     normal speed. (Triton cancels eagle_model on the disconnect; postprocessing passes the cancellation on to the
-    engine, which stops within a few steps: tests/test_server_cancel.py measures that.)"""
+    engine, which stops within a few steps: tests/server/test_server_cancel.py measures that.)"""
     def timed(body) -> float:
         started = time.perf_counter()
         status, reply = post(server.http_url, "eagle_model", body)
@@ -198,7 +198,7 @@ def test_disconnect_mid_stream_leaves_no_stuck_request(server):
 
 def test_grpc_cancellation_stops_the_engine(server):
     """A cancelled gRPC stream to the engine model itself stops generation at the next verify step (through
-    eagle_model: tests/test_server_cancel.py)."""
+    eagle_model: tests/server/test_server_cancel.py)."""
     import queue
 
     import numpy as np

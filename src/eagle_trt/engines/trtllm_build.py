@@ -14,8 +14,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eagle_trt.build.checkpoint import convert
-from eagle_trt.build.trtllm_env import TrtllmInstall, no_engine_path_error
+from eagle_trt.engines.trtllm_checkpoint import convert
+from eagle_trt.engines.trtllm_install import TrtllmInstall, no_engine_path_error
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 
@@ -96,11 +96,12 @@ def _gpu_visible() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
-def build_trtllm_engines(spec: BuildSpec, out_dir: Path, *, dry_run: bool = False, skip_convert: bool = False,
-                         skip_engines: bool = False, progress=None) -> EngineBuildResult:
-    """Convert (eagle + base) and run trtllm-build for each; `dry_run` converts and returns the commands only."""
+def build_trtllm_engines(spec: BuildSpec, out_dir: Path, *, build: bool = True, reuse_checkpoint: bool = False,
+                         progress=None) -> EngineBuildResult:
+    """Convert (eagle + base; `reuse_checkpoint`: keep out_dir's) and, with `build`, run trtllm-build for each;
+    the command lines are returned either way."""
     result = EngineBuildResult()
-    if not dry_run and not skip_engines:
+    if build:
         result.warnings = check_environment(spec)
         for w in result.warnings:
             log.warning(w)
@@ -108,7 +109,7 @@ def build_trtllm_engines(spec: BuildSpec, out_dir: Path, *, dry_run: bool = Fals
     for name in ("eagle", "base") if spec.draft is not None else ("base",):
         ckpt = out_dir / "checkpoint" / name
         result.checkpoint_dirs[name] = ckpt
-        if skip_convert:
+        if reuse_checkpoint:
             if not (ckpt / "config.json").exists():
                 raise EagleTrtError(f"--skip-convert: no checkpoint at {ckpt}", "run once without --skip-convert")
         else:
@@ -116,7 +117,7 @@ def build_trtllm_engines(spec: BuildSpec, out_dir: Path, *, dry_run: bool = Fals
         engine = out_dir / "engines" / name
         result.engine_dirs[name] = engine
         result.commands[name] = trtllm_build_argv(spec, ckpt, engine, speculative=name == "eagle")
-    if dry_run or skip_engines:
+    if not build:
         return result
     for name, argv in result.commands.items():
         log.info("running %s", " ".join(argv))

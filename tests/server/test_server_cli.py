@@ -100,10 +100,19 @@ def test_unknown_model_is_a_clear_error(bundle):
 
 
 def test_a_model_that_fails_to_load_shows_tritons_reason(bundle, tmp_path):
+    """The preprocessing model reads its tokenizer from the base the bundle's spec names: a spec naming a base that
+    is gone fails the model's load, and Triton's reason reaches the user."""
+    from eagle_trt.model_repository.configs import parse
+
     repo = tmp_path / "repo"
     shutil.copytree(bundle / "model_repository" / "preprocessing", repo / "preprocessing")
     config = repo / "preprocessing" / "config.pbtxt"
-    config.write_text(config.read_text().replace(str(_tokenizer_dir(config)), str(tmp_path / "missing_tokenizer")))
+    spec_path = parse(config.read_text()).parameters["bundle_spec"].string_value
+    spec = json.loads(Path(spec_path).read_text())
+    spec["base"]["path"] = str(tmp_path / "missing_tokenizer")
+    moved = tmp_path / "eagle_trt_spec.json"
+    moved.write_text(json.dumps(spec))
+    config.write_text(config.read_text().replace(spec_path, str(moved)))
     server = TritonServer(repo, models=["preprocessing"], log_file=tmp_path / "triton.log")
     with pytest.raises(EagleTrtError) as info:
         server.start(timeout=120)
@@ -112,23 +121,11 @@ def test_a_model_that_fails_to_load_shows_tritons_reason(bundle, tmp_path):
     assert server.process.poll() is not None  # nothing left running
 
 
-def _tokenizer_dir(config: Path) -> str:
-    from eagle_trt.model_repository.configs import parse
-
-    return parse(config.read_text()).parameters["tokenizer_dir"].string_value
-
-
 def test_a_bundle_for_another_backend_is_refused_with_a_hint(tmp_path):
-    from types import SimpleNamespace
+    from builders import fixed_build_spec
+    from eagle_trt.engines import write_model_repository
 
-    from eagle_trt.model_repository import write_model_repository
-    from eagle_trt.tree import resolve
-
-    spec = SimpleNamespace(engine="trtllm", max_batch_size=4, max_input_len=64, max_seq_len=128, chat_template=True,
-                           base=SimpleNamespace(path=tmp_path, eos_token_ids=(2,)),
-                           draft=SimpleNamespace(path=tmp_path), device="cuda", dtype="float16", tp_size=1,
-                           tree=resolve("chain:2"),
-                           trtllm=SimpleNamespace(backend_version="1.2"))
+    spec = fixed_build_spec("trtllm", backend_version="0.19", base_path=tmp_path, draft_path=tmp_path)
     write_model_repository(spec, tmp_path / "repo", bundle_dir=tmp_path)
     with pytest.raises(EagleTrtError, match=r"backend\(s\) \['tensorrtllm'\]"):
         TritonServer(tmp_path / "repo", models=["eagle_model"]).start()

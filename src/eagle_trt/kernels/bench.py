@@ -4,8 +4,8 @@ measured copy bandwidth). Table + JSON, each row printed and saved as it finishe
 settings on the issue's target rows instead; `--flex` adds FlexAttention (it compiles once per shape, so only at
 batch 1 and long prefixes).
 
-    python -m eagle_trt.plugins.bench --json-out bench_kernel.json [--sweep] [--flex]   (CUDA GPU)
-    python -m eagle_trt.plugins.bench --interpret-smoke                       (CPU: tiny sizes, checks the script)
+    python -m eagle_trt.kernels.bench --json-out bench_kernel.json [--sweep] [--flex]   (CUDA GPU)
+    python -m eagle_trt.kernels.bench --interpret-smoke                       (CPU: tiny sizes, checks the script)
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Progress:
 
 def sweep(torch, tree_attention, device, dtype, shapes, rows, reps, progress: Progress) -> None:
     """Every SWEEP setting on each row (CUDA-graph timing); 'plan' is LaunchPlan's choice."""
-    from eagle_trt.plugins.tree_attention import BLOCK_K, NUM_STAGES, NUM_WARPS, LaunchPlan, multiprocessors
+    from eagle_trt.kernels.tree_attention import BLOCK_K, NUM_STAGES, NUM_WARPS, LaunchPlan, multiprocessors
 
     for shape_name, (hq, hkv, d) in shapes.items():
         for batch, n, prefix in rows:
@@ -131,7 +131,7 @@ def sweep(torch, tree_attention, device, dtype, shapes, rows, reps, progress: Pr
 
 def compare(torch, tree_attention, device, dtype, shapes, grid, reps, flex, progress: Progress) -> None:
     """The comparison table: ours (planned and unsplit), SDPA with the mask, FlexAttention, decode, the floor."""
-    from eagle_trt.plugins.tree_attention import BLOCK_K, LaunchPlan, multiprocessors
+    from eagle_trt.kernels.tree_attention import BLOCK_K, LaunchPlan, multiprocessors
 
     cuda = device == "cuda"
     bw = progress.result["copy_bandwidth_GBps"]
@@ -183,7 +183,7 @@ def run(smoke: bool, with_sweep: bool = False, with_flex: bool = False, json_out
     cuda = torch.cuda.is_available()
     if not cuda and not smoke:
         raise SystemExit("the kernel benchmark needs a CUDA GPU (use --interpret-smoke for a CPU check)")
-    from eagle_trt.plugins.tree_attention import tree_attention
+    from eagle_trt.kernels.tree_attention import tree_attention
 
     device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
     shapes = SHAPES if not smoke else {"smoke": (4, 2, 32)}

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from eagle_trt.client import generate
-from eagle_trt.request_rules import encode_chat
+from eagle_trt.chat import encode_chat
 
 pytestmark = pytest.mark.server
 openai = pytest.importorskip("openai")

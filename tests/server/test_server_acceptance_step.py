@@ -1,4 +1,4 @@
-"""The acceptance step of trtllm and llmapi bundles on the real tritonserver (README, "Metrics"). TensorRT-LLM cannot
+"""The acceptance step of trtllm and llmapi bundles on the real tritonserver (docs/metrics.md). TensorRT-LLM cannot
 load here, so only the python steps `eagle-trt build` writes after it (eagle_acceptance, base_acceptance) are loaded,
 and each is sent the tensors the TensorRT-LLM model answers, with the names, types and shapes of the configs the
 build wrote: a streamed request (three responses repeating its running totals under one arrival_time_ns), a
@@ -19,7 +19,8 @@ import pytest
 from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS, LLMAPI_METRICS,
                                OUTPUT_TOKENS, REQUESTS, SUFFIX_TOKENS, TRTLLM_METRICS, VERIFY_STEPS, metric_sum,
                                parse_metrics)
-from eagle_trt.model_repository import configs as C, write_model_repository
+from eagle_trt.engines import write_model_repository
+from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.layout import ACCEPTANCE_STEPS
 
 from builders import fixed_build_spec

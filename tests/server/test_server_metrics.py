@@ -1,4 +1,4 @@
-"""The acceptance metrics on the real tritonserver's metrics port (README, "Metrics"): after a few requests to
+"""The acceptance metrics on the real tritonserver's metrics port (docs/metrics.md): after a few requests to
 eagle_model and base_model, the scraped counters equal the sums of the per-request acceptance outputs and token
 counts, and base_model's acceptance stays zero. Uses the shared pytorch bundle of the OpenAI tests (tree chain:3),
 with base_model loaded for this module and unloaded after it; every figure is a difference of two scrapes, so the

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from eagle_trt.build.safetensors_writer import StreamingSafetensorsWriter
-from eagle_trt.build.weight_maps import Heads, TensorPlan, layer_plans, padded_vocab, slice_tensor
+from eagle_trt.engines.safetensors_writer import StreamingSafetensorsWriter
+from eagle_trt.engines.trtllm_weights import Heads, TensorPlan, layer_plans, padded_vocab, slice_tensor
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.checkpoints import open_weights
 from eagle_trt.errors import EagleTrtError
@@ -127,9 +127,9 @@ def convert(spec: BuildSpec, out_dir: str | Path, *, speculative: bool = True, f
     """Write the checkpoint of a validated trtllm spec to out_dir (atomically): the EAGLE checkpoint, or the base
     alone when `speculative` is False or the spec has no draft. `progress(n_done, n_total, name)` is called per
     tensor."""
-    if spec.engine != "trtllm":
+    if spec.trtllm is None:
         raise EagleTrtError(f"a TensorRT-LLM checkpoint is made from a trtllm build spec, got engine {spec.engine!r}",
-                            "create the spec with BuildSpec.create(..., engine='trtllm')")
+                            "create the spec with engines.create_spec(..., engine='trtllm')")
     draft = spec.draft if speculative else None
     out = Path(out_dir)
     if out.exists() and not force:

@@ -1,4 +1,6 @@
-"""Which engine runs which quantized base, and why the others do not: read at each engine's loader source.
+"""What the engines that read quantized checkpoints themselves (the LLM API, vLLM) read, at each one's loader source;
+each engine module asks here (`llmapi_refusal`, `vllm_refusal`). Ours and the TensorRT engine path decide in their
+own modules.
 
 - pytorch (ours): every layout quantization.formats reads, dequantized exactly at load into the engine's fp32 or
   int8 path; KV-cache scales are not applied (K/V stay in the engine's precision).
@@ -21,12 +23,9 @@
 
 from __future__ import annotations
 
-from eagle_trt.llmapi_release import LlmapiRelease, llmapi_release
+from eagle_trt.engines.llmapi_release import LlmapiRelease
 from eagle_trt.quantization.scheme import QuantGroup, Quantization
 
-TRTLLM_REFUSAL = ("TensorRT-LLM's EAGLE checkpoint converter (examples/eagle/convert_checkpoint.py, TensorRT-LLM <= "
-                  "1.2) reads unquantized Hugging Face weights only, and eagle-trt writes no quantized TensorRT-LLM "
-                  "checkpoint (dequantizing into an unquantized one would build another model than yours)")
 LLMAPI_MODELOPT = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "NVFP4", "W4A16_AWQ", "W4A8_AWQ")
 VLLM_MODELOPT = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "W4A16_NVFP4")
 VLLM_CT = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized", "nvfp4-pack-quantized")
@@ -48,7 +47,7 @@ CT_KINDS = {"fp8-channel": "FP8 per-channel (per-token activations)", "fp8-block
             "nvfp4": "NVFP4"}
 
 
-def _llmapi(quant: Quantization, release: LlmapiRelease) -> str | None:
+def llmapi_refusal(quant: Quantization, release: LlmapiRelease) -> str | None:
     """The reasons name what TensorRT-LLM reads in every release line, and from which release where that differs,
     so one reason reads the same whichever --backend-version was asked for."""
     if quant.method == "modelopt":
@@ -77,7 +76,7 @@ def _llmapi(quant: Quantization, release: LlmapiRelease) -> str | None:
     return f"TensorRT-LLM does not read {quant.method.upper()} checkpoints"
 
 
-def _vllm(quant: Quantization) -> str | None:
+def vllm_refusal(quant: Quantization) -> str | None:
     if quant.method == "modelopt":
         bad = sorted({g.algo for g in quant.groups if g.algo not in VLLM_MODELOPT})
         if bad or not quant.groups:
@@ -96,17 +95,3 @@ def _vllm(quant: Quantization) -> str | None:
         return ("eagle-trt's vLLM bundle hands vLLM a Hugging Face directory; vLLM loads a GGUF base only as one file "
                 "with a separate tokenizer")
     return None
-
-
-def quantization_refusal(quant: Quantization | None, engine: str, backend_version: str | None = None) -> str | None:
-    """Why `engine` does not run a base quantized as `quant`, or None when it does (or the base is unquantized).
-    `backend_version`: the TensorRT-LLM release line of an llmapi bundle (llmapi_release)."""
-    if quant is None or engine == "pytorch":
-        return None
-    if engine == "trtllm":
-        return TRTLLM_REFUSAL if quant.method != "gguf" else "TensorRT-LLM does not read GGUF files"
-    if engine == "llmapi":
-        return _llmapi(quant, llmapi_release(backend_version))
-    if engine == "vllm":
-        return _vllm(quant)
-    return f"the {engine} engine does not run quantized bases"

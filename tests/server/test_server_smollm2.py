@@ -67,7 +67,7 @@ def test_smollm2_openai_chat_applies_the_chat_template(smollm2_server):
     preprocessing encodes them) and greedy text equals /v2/models/eagle_model/generate for the same prompt."""
     openai = pytest.importorskip("openai")
     from eagle_trt.client import generate
-    from eagle_trt.request_rules import encode_chat
+    from eagle_trt.chat import encode_chat
     from eagle_trt.serving import free_port
     from eagle_trt.serving.openai_api import OpenAIRoute
 

@@ -3,7 +3,7 @@ naming the field, the value and what to do) and Triton's own HTTP front end (2.5
 stream on /generate is a 200 with an error body, an INT32 input wraps). The README section "What the server
 answers" is this table; print it with
 
-    pytest tests/test_server_answers.py -s -k table
+    pytest tests/server/test_server_answers.py -s -k table
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import torch
 from eagle_trt.errors import EagleTrtError, missing_extra
 
 HEAD_DIMS = (16, 32, 64, 128, 256)  # head dims the kernel is compiled for
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp32 runs IEEE products (tl.dot defaults to TF32)
+KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)  # fp32 runs IEEE products (tl.dot defaults to TF32)
 PROGRAMS_PER_SM = 2  # splits are added until the grid has this many programs per multiprocessor
 MIN_SPLIT_KEYS = 256  # a split streams at least this many keys (and 4 keys per tile row: partials stay small)
 SPLIT_FROM_KEYS = 6144  # shorter key ranges run in one pass: launched eagerly on an H100 the split lost at every
@@ -270,7 +270,7 @@ def _check_inputs(q, k, v, packed_mask, cu_q, batch: int) -> None:
     rules = (
         (q.dtype == k.dtype == v.dtype, lambda: f"q/k/v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}",
          "cast q, k and v to one dtype"),
-        (q.dtype in DTYPES, lambda: f"dtype {q.dtype} is not supported", "use float16, bfloat16 or float32"),
+        (q.dtype in KERNEL_DTYPES, lambda: f"dtype {q.dtype} is not supported", "use float16, bfloat16 or float32"),
         (hq % hkv == 0, lambda: f"{hq} query heads are not a multiple of {hkv} KV heads", "pass a GQA layout"),
         (d in HEAD_DIMS, lambda: f"head dim {d} is not supported", f"use a head dim in {HEAD_DIMS}"),
         (k.shape == v.shape and k.shape[-1] == d, lambda: f"k {tuple(k.shape)} / v {tuple(v.shape)} / head dim {d}",

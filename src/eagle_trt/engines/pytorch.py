@@ -1,0 +1,91 @@
+"""`--engine pytorch`: our EAGLE runtime (eagle_trt.runtime) in a Triton python-backend model, on the CPU or a GPU.
+
+It runs every family, draft layout, tree and quantization scheme eagle-trt reads (a quantized base dequantized
+exactly at load), in float32 / float16 / bfloat16 or, on the CPU, int8 linears; it is the oracle the other engines
+are checked against. Its serving image is NVIDIA's plain Triton image with torch and eagle-trt added.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eagle_trt.build_spec import BuildSpec
+from eagle_trt.engines.engine import Engine, ServingImage
+from eagle_trt.engines.images import NEWEST_TRITON, triton_image
+from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
+from eagle_trt.model_repository import configs as C
+from eagle_trt.model_repository.configs import ServingOptions
+from eagle_trt.model_repository.layout import (ENSEMBLES, python_model_source, spec_parameter, text_ensemble_config,
+                                               text_models)
+from eagle_trt.spec import EAGLE_MODEL, ModelSpec
+from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE
+
+
+
+class PytorchEngine(Engine):
+    name = "pytorch"
+    label = "our PyTorch EAGLE engine (Triton python backend)"
+    default_tree = DEFAULT_RUNTIME_TREE
+    startup_budget_s = 600
+    tunes_trees = True
+
+    def default_dtype(self, base: ModelSpec, device: str) -> str:
+        if device == "cpu":
+            return "float32"  # CPU matmuls in half precision are slow and lossy; fp32 is the oracle's dtype
+        return super().default_dtype(base, device)
+
+    def spec_problems(self, spec: BuildSpec) -> list[str]:
+        found = []
+        if spec.tp_size != 1:
+            found.append("the pytorch engine runs on one device: tp_size must be 1")
+        if spec.dtype == "int8" and spec.device != "cpu":
+            found.append(f"dtype int8 is the pytorch engine's CPU mode (device {spec.device}): use float16/bfloat16 "
+                         "on a GPU")
+        return found
+
+    def uses_gpu(self, spec: BuildSpec) -> bool:
+        return spec.device == "cuda"
+
+    def repository(self, spec: BuildSpec, bundle_dir: Path, options: ServingOptions):
+        configs, files = text_models(spec, bundle_dir, options)
+        for ensemble_name, engine_name in ENSEMBLES.items():
+            speculative = ensemble_name == EAGLE_MODEL and spec.draft is not None
+            configs[engine_name] = python_engine_config(spec, bundle_dir, options, engine_name, speculative)
+            files[f"{engine_name}/1/model.py"] = python_model_source("engine.py")
+            files[f"{engine_name}/1/model_params.py"] = python_model_source("model_params.py")
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
+        return configs, files
+
+    def image(self, spec: BuildSpec) -> ServingImage:
+        base = triton_image(NEWEST_TRITON)
+        # torch: the CUDA wheel for device cuda; a CPU build is enough for device cpu
+        return ServingImage(image=base, base=base, derived=True,
+                            why="Triton's python backend, which runs eagle_trt's engine model; derived image adds "
+                                "torch and eagle-trt (python models)",
+                            install=('RUN python3 -m pip install --no-cache-dir torch "/opt/eagle-trt[runtime]" '
+                                     'aiohttp',))
+
+
+def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOptions, name: str,
+                         speculative: bool) -> dict:
+    """Our runtime in a decoupled python model; eagle_engine and base_engine share model.py, which builds its
+    decoder from the bundle's spec (EagleDecoder.from_bundle); the parameters add only the serving knobs."""
+    engine_inputs = C.inputs(C.ENGINE_INPUTS + (C.STREAM_KEY_INPUT,))
+    engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS)
+    return C.python_model(
+        name, spec.max_batch_size, engine_inputs, engine_outputs,
+        spec_parameter(bundle_dir) | {
+            "speculative": speculative,  # eagle_engine; base_engine decodes plainly
+            # eagle_engine and base_engine run side by side: each takes its share of the cores unless told
+            "threads": options.engine_threads,
+            "engines_sharing": options.engines_sharing,
+            # the tree by how many requests run at once (runtime.batching); the base engine decodes plainly
+            "load_policy": json.dumps((resolve_load_policy(spec.tree, options.load_policy) if speculative
+                                       else LoadPolicy((None,))).to_list(), separators=(",", ":")),
+        },
+        instances=options.engine_instances, decoupled=True,
+    )
+
+
+PYTORCH = PytorchEngine()
