@@ -35,7 +35,7 @@ def main() -> None:
     from eagle_trt.runtime.batching import Batcher, LoadPolicy
 
     base = materialize_demo_base()
-    engine = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
+    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
     tok = AutoTokenizer.from_pretrained(str(base))
     prompts = [encode_prompt(tok, p.text, True) for p in load_dataset("calibration")[:16]]
     trees, batches = args.trees.split(";"), [int(b) for b in args.batches.split(",")]
@@ -43,7 +43,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for b in batches:
             for tree in trees:
-                batcher = Batcher(engine, b, LoadPolicy.parse(tree))
+                batcher = Batcher(decoder, b, LoadPolicy.parse(tree))
                 for i in range(b):
                     batcher.start(prompts[i], args.max_tokens, stop_token_ids=())
                 t0, n = time.perf_counter(), 0

@@ -94,7 +94,7 @@ def io_floor(paths: list[Path], out_bytes: int, scratch: Path) -> float:
 
 
 def convert_in_child(base: Path, draft: Path, out: Path, tp: int, nets: int) -> tuple[float, float]:
-    code = ("import resource, time, sys\nfrom eagle_trt.build.checkpoint import convert\n"
+    code = ("import resource, time, sys\nfrom eagle_trt.engines.trtllm_checkpoint import convert\n"
             "from eagle_trt.build_spec import BuildSpec\n"
             f"spec = BuildSpec.create({str(base)!r}, {str(draft)!r}, engine='trtllm', tree='chain:{nets}', "
             f"tp_size={tp}, dtype='bfloat16', num_eagle_layers={nets})\n"

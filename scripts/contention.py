@@ -24,17 +24,17 @@ def _worker(kind: str, threads: int, prompts: int, max_tokens: int, barrier, res
 
     torch.set_num_threads(threads)
     base = materialize_demo_base()
-    engine = EagleDecoder.load(base, shipped_draft_dir() if kind == "eagle" else None, tree="chain:2",
+    decoder = EagleDecoder.load(base, shipped_draft_dir() if kind == "eagle" else None, tree="chain:2",
                               dtype="int8", max_seq_len=2048)
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(base))
     ids = [encode_prompt(tok, p.text, True) for p in load_dataset("calibration")[-prompts:]]
-    engine.generate_all(ids[0], 8)  # warm-up
+    decoder.generate_all(ids[0], 8)  # warm-up
     barrier.wait()
     t0, n = time.perf_counter(), 0
     for x in ids:
-        n += len(engine.generate_all(x, max_tokens, stop_token_ids=()).token_ids)
+        n += len(decoder.generate_all(x, max_tokens, stop_token_ids=()).token_ids)
     results[kind] = n / (time.perf_counter() - t0)
 
 

@@ -5,6 +5,8 @@ data (the base's answers to the ShareGPT first turns), which the shipped EAGLE-3
 (d2t: both runs used the same data and the same top-8192 rule). The order: frequency of each id in the ShareGPT
 first turns tokenized by the base's tokenizer (ties: lower id first), so `--draft-vocab N` keeps the N most frequent.
 
+Prints the file written and its number of ids.
+
     .venv/bin/python scripts/draft_vocab_smollm2.py --prompts ../shared/data/sharegpt_prompts.jsonl
 """
 

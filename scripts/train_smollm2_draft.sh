@@ -23,6 +23,6 @@ cp "$WORK"/eagle1/config.json "$WORK"/eagle1/model.safetensors src/eagle_trt/dat
 mkdir -p "$WORK/eagle3.work"
 cp -rn "$WORK/eagle1.work/data" "$WORK/eagle1.work/prompts.json" "$WORK/eagle3.work/"
 .venv/bin/eagle-trt train-draft --base "$BASE" --prompts "$PROMPTS" -o "$WORK/eagle3" --format eagle3 \
-  "${DATA[@]}" --batch-size 4096 --epochs 3 --lr 1e-3 --draft-vocab 8192 --ttt-steps 3 --resume --force
+  "${DATA[@]}" --batch-size 4096 --epochs 3 --lr 1e-3 --draft-vocab-size 8192 --ttt-steps 3 --resume --force
 mkdir -p src/eagle_trt/data/drafts/smollm2-eagle3
 cp "$WORK"/eagle3/config.json "$WORK"/eagle3/model.safetensors src/eagle_trt/data/drafts/smollm2-eagle3/

@@ -15,6 +15,8 @@ and cleared of MT-bench, HumanEval and calibration prompts). Steps, each inside 
 4. export: the draft (SafeAILab EAGLE-1 layout, fp16), draft_vocab.json (the CE's 8192 ids, most frequent first),
    the held-out losses and top-1 agreement, and a JSON record of every figure.
 
+Prints each step's progress and figures with the elapsed time; the record is OUT/train_record.json.
+
     python scripts/train_smollm2_draft_gpu.py --base DIR --turns turns.npz.xz -o OUT [--device cuda]
 """
 
@@ -31,7 +33,7 @@ from eagle_trt.runtime.loading import DRAFT_VOCAB_FILE, build_draft, load_base
 from eagle_trt.spec import ModelSpec
 from eagle_trt.train.eagle1 import TrainConfig, evaluate, init_from_identity, train_eagle1, vocab_subset
 from eagle_trt.train.export import eagle1_config, eagle1_state_dict, save_draft
-from eagle_trt.train.pipeline import _draft_spec_for
+from eagle_trt.train.pipeline import new_draft_spec
 
 T0 = time.time()
 
@@ -177,7 +179,7 @@ def main() -> None:
     log(f"features: {record['conversations_used']}/{len(convs)} conversations, {len(records)} train records, "
         f"{record['train_tokens']} tokens, {len(held)} held out, {record['feature_time_s']} s")
     base = load_base(spec, torch.float32, args.device)
-    draft = build_draft(_draft_spec_for(spec), spec, base)
+    draft = build_draft(new_draft_spec(spec), spec, base)
     init_from_identity(draft)
     draft.to(args.device)
     cfg = TrainConfig(epochs=args.max_epochs, lr=args.lr, chunk_tokens=args.chunk_tokens, seed=args.seed,

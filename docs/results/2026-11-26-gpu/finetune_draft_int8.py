@@ -6,19 +6,22 @@ reads perturbed inputs there. This teacher-forces ShareGPT conversations (the to
 draft on them with the package's EAGLE-1 losses; the result is a draft directory (with the source's
 draft_vocab.json) to compare with `eagle-trt bench --dtype int8`.
 
-    .venv/bin/python scripts/finetune_draft_int8.py --draft DIR --turns turns.npz.xz -o OUT [--convs 600]
+    .venv/bin/python docs/results/2026-11-26-gpu/finetune_draft_int8.py --draft DIR --turns turns.npz.xz -o OUT [--convs 600]
 """
 
 import argparse
 import random
 import shutil
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from sharegpt_turns import read_turns  # scripts/sharegpt_turns.py, the file's writer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "scripts"))
+from sharegpt_turns import read_turns  # noqa: E402  scripts/sharegpt_turns.py, the file's writer
 
 
 def main() -> None:
@@ -39,7 +42,7 @@ def main() -> None:
     from eagle_trt.runtime import EagleDecoder
     from eagle_trt.runtime.loading import DRAFT_VOCAB_FILE, load_base, load_draft
     from eagle_trt.spec import DraftSpec, ModelSpec
-    from eagle_trt.train.data import _features, _pack, load_records
+    from eagle_trt.train.data import features_record, pack_records, load_records
     from eagle_trt.train.eagle1 import TrainConfig, train_eagle1
     from eagle_trt.train.export import eagle1_config, eagle1_state_dict, save_draft
 
@@ -53,10 +56,10 @@ def main() -> None:
     else:
         int8 = EagleDecoder.load(base_dir, None, tree="chain:1", dtype="int8").base
         int8.setup_cache(args.max_tokens + 8)
-        records = [_features(int8, ids[at: at + min(n, args.max_tokens)].tolist(), 0, ())
+        records = [features_record(int8, ids[at: at + min(n, args.max_tokens)].tolist(), 0, ())
                    for at, n in convs[: args.convs]]
         if args.cache is not None:
-            save_file(_pack(records), str(args.cache))
+            save_file(pack_records(records), str(args.cache))
     tokens = sum(len(r["input_ids"]) for r in records)
     print(f"int8 features: {len(records)} conversations, {tokens} tokens, {time.time() - t0:.0f} s", flush=True)
     base32 = load_base(spec, torch.float32, "cpu")
@@ -65,7 +68,7 @@ def main() -> None:
     t1 = time.time()
     summary = train_eagle1(draft, base32.lm_head.weight, records, cfg)
     print(f"trained {summary['steps']} steps in {time.time() - t1:.0f} s: {summary}", flush=True)
-    record = {"script": "scripts/finetune_draft_int8.py", "source_draft": str(args.draft),
+    record = {"script": "docs/results/2026-11-26-gpu/finetune_draft_int8.py", "source_draft": str(args.draft),
               "conversations": len(records), "tokens": tokens, "features": "int8 runtime base", "train": asdict(cfg),
               "summary": summary}
     save_draft(args.out, eagle1_state_dict(draft), eagle1_config(spec, draft, record), force=True)

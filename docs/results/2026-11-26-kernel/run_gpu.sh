@@ -19,12 +19,12 @@ if [[ $STEPS == *tests* ]]; then
 fi
 if [[ $STEPS == *bench* ]]; then
   echo "== kernel benchmark ($((SECONDS - t0)) s so far)"
-  timeout 240 python3 -m eagle_trt.plugins.bench --json-out "$OUT/tree_attention_kernel.json" 2>&1 \
+  timeout 240 python3 -m eagle_trt.kernels.bench --json-out "$OUT/tree_attention_kernel.json" 2>&1 \
     | tee "$OUT/bench_kernel.txt" | grep -v '^| llama3-8b | 8\|^| smollm2 | 8'
 fi
 if [[ $STEPS == *sweep* ]]; then
   echo "== launch-setting sweep ($((SECONDS - t0)) s so far)"
-  timeout 240 python3 -m eagle_trt.plugins.bench --sweep --json-out "$OUT/tree_attention_sweep.json" 2>&1 \
+  timeout 240 python3 -m eagle_trt.kernels.bench --sweep --json-out "$OUT/tree_attention_sweep.json" 2>&1 \
     | tee "$OUT/sweep_kernel.txt"
 fi
 if [[ $STEPS == *gpu* ]]; then
@@ -34,7 +34,7 @@ if [[ $STEPS == *gpu* ]]; then
 fi
 if [[ $STEPS == *flex* ]]; then
   echo "== FlexAttention rows ($((SECONDS - t0)) s so far)"
-  timeout 240 python3 -m eagle_trt.plugins.bench --flex --json-out "$OUT/tree_attention_kernel_flex.json" \
+  timeout 240 python3 -m eagle_trt.kernels.bench --flex --json-out "$OUT/tree_attention_kernel_flex.json" \
     > "$OUT/bench_kernel_flex.txt" 2>&1
   grep -E '^\| (llama3-8b|smollm2) \| 1 \| .* \| (4096|8192) \|' "$OUT/bench_kernel_flex.txt"
 fi

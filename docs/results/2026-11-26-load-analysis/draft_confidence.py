@@ -5,7 +5,7 @@ accepted. For thresholds on the path probability it prints the share of draft ro
 share of accepted draft tokens it would keep (the mean accepted length if pruned). Read-only: it wraps the drafting
 generator; the runtime is unchanged.
 
-    .venv/bin/python scripts/draft_confidence.py mt-bench 40     # dataset (mt-bench, calibration, ...), prompts
+    .venv/bin/python docs/results/2026-11-26-load-analysis/draft_confidence.py mt-bench 40     # dataset (mt-bench, calibration, ...), prompts
 """
 
 import sys
@@ -45,13 +45,13 @@ def main() -> None:
         if hasattr(module, "static_tree"):
             module.static_tree = recorded
     base = materialize_demo_base()
-    engine = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=2048)
+    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=2048)
     tok = AutoTokenizer.from_pretrained(str(base))
     rows = []
     for prompt in load_dataset(sys.argv[1])[: int(sys.argv[2])]:
         seen.clear()
-        result = engine.generate_all(encode_prompt(tok, prompt.text, True), 64,
-                                     stop_token_ids=engine.base_spec.eos_token_ids)
+        result = decoder.generate_all(encode_prompt(tok, prompt.text, True), 64,
+                                     stop_token_ids=decoder.base_spec.eos_token_ids)
         accepted = result.stats.accepted_lengths
         assert len(accepted) == len(seen), (len(accepted), len(seen))
         rows += [(p1, p2, a) for (p1, p2), a in zip(seen, accepted)]
