@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 KUBECTL_DIR ?= .tools/kubectl-1.20
 KUBECTL := $(KUBECTL_DIR)/usr/bin/kubectl
 
-.PHONY: all setup aiperf kubectl test test-quick demo clean
+.PHONY: all setup aiperf kubectl llamacpp test test-quick demo clean
 
 all: test
 
@@ -49,6 +49,11 @@ $(KUBECTL):
 	$(KUBECTL) version --client
 
 kubectl: $(KUBECTL)
+
+# llama.cpp (llama-cpp-python built from source with this CPU's flags, ~2 min on 2 cores): the CPU baseline of
+# `eagle-trt bench --llamacpp GGUF`. Not needed by `make test` or `make demo`.
+llamacpp: setup
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DGGML_OPENMP=ON" $(VENV)/bin/python -m pip install --no-cache-dir "llama-cpp-python==0.3.16"
 
 test: setup aiperf kubectl
 	EAGLE_TRT_KUBECTL=$(abspath $(KUBECTL)) $(VENV)/bin/pytest -q $(PYTEST_ARGS)

@@ -55,6 +55,23 @@ def materialize_demo_base(cache_dir: str | Path | None = None) -> Path:
     return out
 
 
+def materialize_demo_gguf_base(cache_dir: str | Path | None = None) -> Path:
+    """Return a directory holding the demo's GGUF as it ships (linked, not copied) and its tokenizer: the base that
+    precision native runs on its Q4_1 / Q8_0 blocks as stored, with the config.json its metadata gives. Created on
+    first use."""
+    from eagle_trt.checkpoints.gguf_reader import gguf_config
+
+    out = Path(cache_dir) if cache_dir is not None else cache_root() / f"{DEMO_DIR_NAME}-gguf"
+    gguf_file = find_smollm2_gguf()
+    if (out / GGUF_NAME).exists() and (out / "config.json").exists():
+        return out
+    with atomic_directory(out) as tmp:
+        (tmp / "config.json").write_text(json.dumps(gguf_config(gguf_file), indent=2))
+        _write_tokenizer(gguf_file, tmp)
+        (tmp / GGUF_NAME).symlink_to(gguf_file)
+    return out
+
+
 def _write_hf_dir(gguf_file: Path, out: Path) -> None:
     from safetensors.torch import save_file
 

@@ -35,7 +35,7 @@ EAGLE_MODEL, BASE_MODEL = "eagle_model", "base_model"  # the two ensembles a bun
 MODELS = (EAGLE_MODEL, BASE_MODEL)
 
 # Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/linears.py); the others are torch dtypes.
-PRECISIONS = ("float32", "float16", "bfloat16", "int8")
+PRECISIONS = ("float32", "float16", "bfloat16", "int8", "native")  # native: runtime.native (CPU, fused C forward)
 
 
 def read_config(path: Path, what: str) -> dict:

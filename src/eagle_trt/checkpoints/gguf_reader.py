@@ -103,6 +103,19 @@ class GGUFWeightReader(WeightReader):
             w = _unpermute(w, self._kv_heads)
         return torch.from_numpy(np.ascontiguousarray(w))
 
+    def stored_blocks(self, name: str):
+        """(GGUF type name, the tensor's rows as stored [out, bytes per row] uint8) for a block-quantized tensor,
+        Q/K rows un-permuted like `get`; None for a float tensor."""
+        t = self._tensors[self._check(name)]
+        if t.tensor_type.name in ("F32", "F16", "BF16", "F64"):
+            return None
+        rows = t.data.reshape(self._meta[name][0][0], -1)  # [out, bytes]
+        if name.endswith("self_attn.q_proj.weight"):
+            rows = _unpermute(rows, self._heads)
+        elif name.endswith("self_attn.k_proj.weight"):
+            rows = _unpermute(rows, self._kv_heads)
+        return t.tensor_type.name, rows
+
 
 def _unpermute(w, n_head: int):
     """Undo llama.cpp's permute() of Q/K rows: (n_head, 2, d/2) interleave back to HF's rotate-half order."""

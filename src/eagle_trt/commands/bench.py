@@ -19,24 +19,35 @@ from eagle_trt.spec import PRECISIONS
               help="Tree settings separated by ';' (auto | chain:N | static:NAME|FILE | dynamic:D,K,T); auto: tuned "
                    "to this machine and draft (tuning/calibrate.py, cached), its predicted tok/s shown beside.")
 @click.option("--dataset", default="mt-bench", show_default=True, help="mt-bench, humaneval or a JSONL file.")
-@click.option("--prompts", type=click.IntRange(min=0),
-              default=10, show_default=True,
-              help="How many, one per category in turn (MT-bench: writing, roleplay, ...); 0 = every prompt.")
+@click.option("--prompts", type=click.IntRange(min=0), default=None,
+              help="How many, one per category in turn (MT-bench: writing, roleplay, ...); 0 = every prompt. "
+                   "Default 10 (4 per length with --contexts).")
 @click.option("--turns", type=click.Choice(["both", "first"]), default="both", show_default=True,
               help="both: every user turn of a multi-turn prompt (MT-bench as defined: the second turn sees the "
                    "model's own first answer, cut at --max-tokens); first: first turns only.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
-              help="int8: int8 linears on the CPU (runtime.linears), plain and EAGLE alike.")
+              help="int8: int8 linears on the CPU (runtime.linears); native: the fused C forward on the weights as "
+                   "stored (a GGUF base's 4-bit blocks; runtime.native). Plain and EAGLE alike.")
 @click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
               help="FR-Spec: an EAGLE-1/2 draft proposes among its N most frequent tokens (0: full vocabulary; "
                    "default: the draft's draft_vocab.json if it has one).")
 @click.option("--chat/--no-chat", default=True, show_default=True)
 @tune_budget_option
+@click.option("--llamacpp", "llamacpp_gguf", type=click.Path(path_type=Path), default=None,
+              help="A GGUF of the base: llama.cpp's plain decoding of the same prompts in the same run, as one more "
+                   "row, with every row's ratio to it (needs llama-cpp-python: `make llamacpp`; the demo base's "
+                   "GGUF: `eagle-trt demo-model --gguf`).")
+@click.option("--also-plain", "also_plain", multiple=True, type=click.Choice(PRECISIONS),
+              help="One more plain-decoding row per value: the same base at that precision (e.g. int8 beside "
+                   "--dtype native), its outputs compared, not expected equal.")
+@click.option("--contexts", default=None, metavar="N,N,...",
+              help="Instead of the dataset: prompts of about N tokens each (held-out ShareGPT text, --prompts of "
+                   "them, default 4), one run per N, and a table of how tok/s falls with the context.")
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
 def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, turns, max_tokens, device, dtype, draft_vocab, chat, tune_budget,
-              json_out):
+              llamacpp_gguf, also_plain, contexts, json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
 
     Settings run each prompt in turn (interleaved), the JSON is rewritten after every prompt (an interrupted run
@@ -46,13 +57,41 @@ def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, turns, max_tokens, 
     Example:
       eagle-trt bench --base $(eagle-trt demo-model | tail -1) --draft $(eagle-trt demo-model --draft | tail -1) \\
         --trees "chain:3;dynamic:4,4,12" --prompts 20 --max-tokens 96
+      eagle-trt bench --base $(eagle-trt demo-model | tail -1) --draft $(eagle-trt demo-model --draft | tail -1) \
+        --dtype int8 --llamacpp $(eagle-trt demo-model --gguf | tail -1)
+      eagle-trt bench --base $(eagle-trt demo-model --gguf-dir | tail -1) --draft $(eagle-trt demo-model --draft | \
+        tail -1) --dtype native --also-plain int8 --trees "auto;chain:2" --llamacpp $(eagle-trt demo-model --gguf | tail -1)
     """
-    from eagle_trt.perf.bench_runtime import BenchConfig, format_table, run_bench
+    import dataclasses
 
+    from eagle_trt.perf.bench_runtime import BenchConfig, format_contexts, format_table, run_bench
+
+    lengths = _context_lengths(contexts) if contexts else []
+    prompts = prompts if prompts is not None else (4 if lengths else 10)
     cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
-                      max_tokens, device, dtype, chat, draft_vocab, turns=turns, tune_budget=tune_budget)
+                      max_tokens, device, dtype, chat, draft_vocab, turns=turns, tune_budget=tune_budget,
+                      llamacpp=llamacpp_gguf, also_plain=tuple(also_plain))
     with tuning_progress() as progress:
-        result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out, progress=progress)
+        if not lengths:
+            result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out, progress=progress)
+        else:
+            result = {"contexts": {}}
+            for n in lengths:
+                click.echo(f"context ~{n} tokens", err=True)
+                result["contexts"][n] = run_bench(dataclasses.replace(cfg, context=n),
+                                                  echo=lambda m: click.echo(m, err=True), progress=progress)
+                json_out.write_text(json.dumps(result, indent=2))
     json_out.write_text(json.dumps(result, indent=2))
-    click.echo(format_table(result))
+    click.echo(format_contexts(result["contexts"]) if lengths else format_table(result))
     click.echo(f"json: {json_out}", err=True)
+
+
+def _context_lengths(value: str) -> list[int]:
+    try:
+        lengths = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 16:
+        raise click.BadParameter(f"{value!r}: expected token counts of 16 or more separated by commas, e.g. "
+                                 "128,1024,4096", param_hint="--contexts")
+    return lengths

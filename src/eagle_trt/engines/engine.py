@@ -145,9 +145,9 @@ class Engine:
     def spec_problems(self, spec: BuildSpec) -> list[str]:
         """The engine's own rules on a bundle's options (beyond what BuildSpec.validate checks for every engine)."""
         found = []
-        if spec.dtype == "int8":
-            found.append(f"dtype int8 is the pytorch engine's CPU mode (engine {self.name}): use float16/bfloat16 "
-                         "on a GPU")
+        if spec.dtype in ("int8", "native"):
+            found.append(f"dtype {spec.dtype} is the pytorch engine's CPU mode (engine {self.name}): use "
+                         "float16/bfloat16 on a GPU")
         return found
 
     def acceptance_figures(self, spec: BuildSpec) -> bool:

@@ -39,9 +39,9 @@ class PytorchEngine(Engine):
         found = []
         if spec.tp_size != 1:
             found.append("the pytorch engine runs on one device: tp_size must be 1")
-        if spec.dtype == "int8" and spec.device != "cpu":
-            found.append(f"dtype int8 is the pytorch engine's CPU mode (device {spec.device}): use float16/bfloat16 "
-                         "on a GPU")
+        if spec.dtype in ("int8", "native") and spec.device != "cpu":
+            found.append(f"dtype {spec.dtype} is the pytorch engine's CPU mode (device {spec.device}): use "
+                         "float16/bfloat16 on a GPU")
         return found
 
     def uses_gpu(self, spec: BuildSpec) -> bool:

@@ -1,6 +1,8 @@
 """Runtime benchmark: plain vs EAGLE decoding with the PyTorch runtime on a prompt set (greedy), per tree setting:
 tok/s (with each prompt's prefill, and without it: `decode tok/s`, what the tree tuner predicts), speedup, mean
-accepted length, acceptance rate, draft/verify time split. Prints a table, writes JSON.
+accepted length, acceptance rate, draft/verify time split. Prints a table, writes JSON. With a GGUF of the base,
+llama.cpp's plain decoding runs the same token ids in the same loop (`LLAMACPP_ROW`), and every row gets its ratio
+to it.
 
     eagle-trt bench --base B --draft D --trees "chain:3;dynamic:4,4,12" --prompts 10
 """
@@ -18,6 +20,9 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tuning import TUNE_BUDGET_S
 
+LLAMACPP_ROW = "llama.cpp plain"  # the row of llama.cpp's greedy decoding of the same prompts (perf.llamacpp)
+OTHER_PLAIN = "plain "  # + a dtype: plain decoding of the same base at another precision (BenchConfig.also_plain)
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -33,6 +38,14 @@ class BenchConfig:
     draft_vocab: int | None = None  # FR-Spec size for EAGLE-1/2 drafts (None: the draft's file, 0: full)
     turns: str = "first"  # "first" | "both": MT-bench as defined (turn 2 sees the model's own first answer)
     tune_budget: float = TUNE_BUDGET_S  # seconds `auto` may measure per draft (when not cached)
+    llamacpp: Path | None = None  # a GGUF of the base: llama.cpp's plain decoding as one more row (perf.llamacpp)
+    context: int | None = None  # prompts of about this many tokens from held-out text instead of the dataset
+    also_plain: tuple[str, ...] = ()  # more plain rows: the same base at these precisions (e.g. int8 beside native)
+
+    @property
+    def max_seq_len(self) -> int | None:
+        """Room for a long-context prompt and its answer (None: the engine's default)."""
+        return self.context + self.max_tokens + 64 if self.context else None
 
     @property
     def drafts(self) -> tuple[Path, ...]:
@@ -52,7 +65,10 @@ class Items:
 
         self.cfg = cfg
         self.tok = AutoTokenizer.from_pretrained(cfg.base)
-        self.prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
+        if cfg.context:
+            self.prompts = context_prompts(self.tok, cfg.context, cfg.prompts or 4, cfg.chat)
+        else:
+            self.prompts = take_prompts(load_dataset(cfg.dataset), cfg.prompts)
         if cfg.turns == "both" and not cfg.chat:
             raise EagleTrtError("--turns both needs the chat template (a second turn is a conversation)",
                                 "drop --no-chat, or pass --turns first")
@@ -70,6 +86,29 @@ class Items:
             return encode_prompt(self.tok, prompt.text, self.cfg.chat)
         texts = [self.tok.decode(a, skip_special_tokens=True) for a in answers]
         return encode_conversation(self.tok, list(prompt.turns[:turn]), texts)
+
+
+def context_prompts(tokenizer, tokens: int, count: int, chat: bool) -> list:
+    """`count` prompts of about `tokens` tokens each (with the chat template): held-out ShareGPT turns (the tuner's
+    calibration set, never an evaluation set) joined until long enough, cut to size, then a request to summarise;
+    prompt i starts at another turn, so the prompts differ. For how the cost of a step grows with the context."""
+    from eagle_trt.datasets import Prompt, encode_prompt, load_dataset
+
+    texts = [p.text for p in load_dataset("calibration")]
+    ask = "\n\nSummarise the notes above in a few sentences."
+    room = tokens - len(encode_prompt(tokenizer, ask, chat))
+    out = []
+    for i in range(count):
+        body, n = [], 0
+        for j in range(len(texts)):
+            body.append(texts[(i * 7 + j) % len(texts)])
+            n += len(tokenizer(body[-1], add_special_tokens=False)["input_ids"])
+            if n >= room:
+                break
+        ids = tokenizer("\n\n".join(body), add_special_tokens=False)["input_ids"][:max(room, 0)]
+        text = tokenizer.decode(ids) + ask
+        out.append(Prompt(f"context-{tokens}-{i}", text, f"context {tokens}", (text,)))
+    return out
 
 
 def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | None, str]], dict[Path, dict]]:
@@ -138,7 +177,35 @@ def _summarise(rows: dict) -> dict:
         row["speedup"] = row["tok_per_s"] / base_tps
         row["identical_to_plain"] = rows[name]["outputs"] == reference
         row["identical_prompts"] = sum(a == b for a, b in zip(rows[name]["outputs"], reference))
+    if LLAMACPP_ROW in out:  # another engine's numerics: its greedy output is compared, not expected equal
+        for row in out.values():
+            row["vs_llamacpp"] = row["tok_per_s"] / max(out[LLAMACPP_ROW]["tok_per_s"], 1e-9)
+            row["decode_vs_llamacpp"] = row["decode_tok_per_s"] / max(out[LLAMACPP_ROW]["decode_tok_per_s"], 1e-9)
     return out
+
+
+def _add(r: dict, token_ids: list[int], elapsed: float, stats, category: str, turn: int,
+         prefill_s: float = 0.0) -> None:
+    """One request's figures into its row (`stats`: our engine's GenerationStats; None for llama.cpp)."""
+    r["seconds"] += elapsed
+    r["tokens"] += len(token_ids)
+    r["outputs"].append(token_ids)
+    lengths = stats.accepted_lengths if stats is not None else []
+    r["prefill_s"] += stats.prefill_time_s if stats is not None else prefill_s
+    if stats is not None:
+        r["accepted_lengths"] += lengths
+        r["drafted"] += stats.num_draft_tokens
+        r["accepted"] += stats.num_accepted_draft_tokens
+        r["draft_s"] += stats.draft_time_s
+        r["verify_s"] += stats.verify_time_s
+        r["suffix_proposed"] += stats.num_suffix_tokens
+        r["suffix_accepted"] += stats.num_accepted_suffix_tokens
+    for group, key in (("categories", category), ("turns", f"turn {turn}")):
+        sums = r[group].setdefault(key, [0, 0.0, 0, 0])  # as _per_group reads them
+        sums[0] += len(token_ids)
+        sums[1] += elapsed
+        sums[2] += len(lengths)
+        sums[3] += sum(lengths)
 
 
 def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
@@ -149,19 +216,34 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
 
     from eagle_trt.tuning.calibrate import predict
 
+    if cfg.llamacpp is not None:
+        from eagle_trt.perf.llamacpp import check_llamacpp
+
+        check_llamacpp(cfg.llamacpp)  # before tuning and loading
     items = Items(cfg)
     settings, tunings = _settings(cfg, echo, progress)
     decoders = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
-                                      draft_vocab=cfg.draft_vocab) for name, (d, t) in settings.items()}
+                                        draft_vocab=cfg.draft_vocab, max_seq_len=cfg.max_seq_len)
+                for name, (d, t) in settings.items()}
+    for dtype in cfg.also_plain:
+        decoders[OTHER_PLAIN + dtype] = EagleDecoder.load(cfg.base, None, tree="chain:1", device=cfg.device, dtype=dtype,
+                                                          max_seq_len=cfg.max_seq_len)
     stop = decoders["plain"].base_spec.eos_token_ids
     for decoder in decoders.values():
         decoder.generate_all(items.encode(0, 1, []), 8, stop_token_ids=stop)  # warm-up
+    llama = None
+    if cfg.llamacpp is not None:
+        from eagle_trt.perf.llamacpp import LlamaCpp
+
+        llama = LlamaCpp(cfg.llamacpp, threads=torch.get_num_threads(), n_ctx=decoders["plain"].max_seq_len)
+        llama.generate(items.encode(0, 1, []), 8, stop)  # warm-up
+        echo(f"llama.cpp {llama.version}, {llama.threads} threads: {llama.system_info}")
     echo(f"{len(items.prompts)} prompts ({len(items)} turns) x {cfg.max_tokens} tokens, settings: "
          f"{', '.join(settings)}")
     if not decoders["plain"].base.batch_invariant:
         echo("note: this engine is not batch-invariant here (a verify row may differ from a decode step in the last "
              "bits), so EAGLE matches plain decoding up to numerical near-ties")
-    rows = {name: _empty_row() for name in settings}
+    rows = {name: _empty_row() for name in decoders} | ({LLAMACPP_ROW: _empty_row()} if llama is not None else {})
     result = {}
     order = [(i, turn) for i, turns in enumerate(items.turns) for turn in range(1, turns + 1)]
     answers: list[list[int]] = []
@@ -172,25 +254,10 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
         for name, decoder in decoders.items():
             t0 = time.perf_counter()
             res = decoder.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
-            elapsed = time.perf_counter() - t0
-            r = rows[name]
-            r["seconds"] += elapsed
-            r["tokens"] += len(res.token_ids)
-            r["prefill_s"] += res.stats.prefill_time_s
-            r["accepted_lengths"] += res.stats.accepted_lengths
-            r["drafted"] += res.stats.num_draft_tokens
-            r["accepted"] += res.stats.num_accepted_draft_tokens
-            r["draft_s"] += res.stats.draft_time_s
-            r["verify_s"] += res.stats.verify_time_s
-            r["outputs"].append(res.token_ids)
-            r["suffix_proposed"] += res.stats.num_suffix_tokens
-            r["suffix_accepted"] += res.stats.num_accepted_suffix_tokens
-            for group, key in (("categories", category), ("turns", f"turn {turn}")):
-                sums = r[group].setdefault(key, [0, 0.0, 0, 0])  # as _per_group reads them
-                sums[0] += len(res.token_ids)
-                sums[1] += elapsed
-                sums[2] += len(res.stats.accepted_lengths)
-                sums[3] += sum(res.stats.accepted_lengths)
+            _add(rows[name], res.token_ids, time.perf_counter() - t0, res.stats, category, turn)
+        if llama is not None:
+            run = llama.generate(ids, cfg.max_tokens, stop)
+            _add(rows[LLAMACPP_ROW], run.token_ids, run.seconds, None, category, turn, prefill_s=run.prefill_s)
         answers = answers + [rows["plain"]["outputs"][-1]]
         summary = _summarise(rows)
         for name, (draft, tree) in settings.items():
@@ -204,28 +271,48 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
                   "tunings": {str(d): t.chosen for d, t in tunings.items()},
                   "prompts_done": done + 1, "prompts_total": len(order),
                   "machine": {"platform": platform.platform(), "threads": torch.get_num_threads()},
-                  "batch_invariant": bool(decoders["plain"].base.batch_invariant)}  # EAGLE == plain bit for bit
+                  "batch_invariant": bool(decoders["plain"].base.batch_invariant),  # EAGLE == plain bit for bit
+                  "llamacpp": {"version": llama.version, "system_info": llama.system_info,
+                               "gguf": str(cfg.llamacpp)} if llama is not None else None}
         if checkpoint is not None:
             checkpoint.write_text(json.dumps(result, indent=2))
         if (done + 1) % 10 == 0 or done + 1 == len(order):
-            taus = ", ".join(f"{n} {r['mean_accepted_length']:.2f}" for n, r in result["rows"].items() if n != "plain")
+            taus = ", ".join(f"{n} {r['mean_accepted_length']:.2f}" for n, r in result["rows"].items()
+                             if n in settings and n != "plain")
             echo(f"  {done + 1}/{len(order)} turns; tau: {taus}")
+    if llama is not None:
+        llama.close()
     return result
 
 
+def other_numerics(name: str) -> bool:
+    """A row whose arithmetic is not the plain row's (llama.cpp, another precision): its output is compared, not
+    expected equal."""
+    return name == LLAMACPP_ROW or name.startswith(OTHER_PLAIN)
+
+
+def _identical(name: str, r: dict, n: int) -> str:
+    if other_numerics(name):  # another arithmetic: how often its greedy output is ours, not a check
+        return f"- ({r['identical_prompts']}/{n} equal to ours)"
+    return f"{'yes' if r['identical_to_plain'] else 'NO'} ({r['identical_prompts']}/{n})"
+
+
 def format_table(result: dict) -> str:
+    llama = LLAMACPP_ROW in result["rows"]
     lines = ["| setting | tok/s | decode tok/s | predicted tok/s | speedup | mean accepted length | acceptance rate | "
-             "draft s | verify s | identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "draft s | verify s | identical |" + (" vs llama.cpp (decode) |" if llama else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if llama else "")]
     n = result.get("prompts_total", 0)
     for name, r in result["rows"].items():
         guess = f"{r['predicted_tok_per_s']:.1f}" if "predicted_tok_per_s" in r else "-"
         decode = f"{r['decode_tok_per_s']:.1f}" if "decode_tok_per_s" in r else "-"
         lines.append(f"| {name} | {r['tok_per_s']:.1f} | {decode} | {guess} | {r['speedup']:.2f}x | "
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
-                     f"{r['verify_s']:.1f} | {'yes' if r['identical_to_plain'] else 'NO'} "
-                     f"({r['identical_prompts']}/{n}) |")
+                     f"{r['verify_s']:.1f} | {_identical(name, r, n)} |"
+                     + (f" {r['vs_llamacpp']:.2f}x ({r['decode_vs_llamacpp']:.2f}x) |" if llama else ""))
     for key, title in (("per_turn", "Per turn"), ("per_category", "Per category")):
-        named = [name for name, r in result["rows"].items() if key in r and name != "plain"]
+        named = [name for name, r in result["rows"].items() if key in r and name != "plain"
+                 and not other_numerics(name)]
         if not named:
             continue
         groups = list(result["rows"][named[0]][key])
@@ -236,3 +323,16 @@ def format_table(result: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
+
+
+def format_contexts(results: dict[int, dict]) -> str:
+    """The cost growth table of `bench --contexts`: per context length, each setting's tok/s, decode tok/s and ms
+    per generated token after prefill, its speedup over plain and its ratio to llama.cpp (if run)."""
+    lines = ["| context | setting | tok/s | decode tok/s | decode ms/token | speedup | vs llama.cpp (decode) |",
+             "|---|---|---|---|---|---|---|"]
+    for context, result in results.items():
+        for name, r in result["rows"].items():
+            versus = f"{r['vs_llamacpp']:.2f}x ({r['decode_vs_llamacpp']:.2f}x)" if "vs_llamacpp" in r else "-"
+            lines.append(f"| ~{context} | {name} | {r['tok_per_s']:.1f} | {r['decode_tok_per_s']:.1f} | "
+                         f"{1000.0 / max(r['decode_tok_per_s'], 1e-9):.1f} | {r['speedup']:.2f}x | {versus} |")
+    return "\n".join(lines)

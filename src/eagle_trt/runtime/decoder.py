@@ -25,7 +25,8 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.draft import DraftCall, DraftOut
 from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
 from eagle_trt.runtime.linears import check_precision, prepare
-from eagle_trt.runtime.loading import draft_vocab_ids, load_base, load_draft, require_shapes, torch_dtype
+from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
+                                      torch_dtype)
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
@@ -218,7 +219,7 @@ class EagleDecoder:
         elif draft is not None and draft_vocab:
             raise EagleTrtError(f"--draft-vocab {draft_vocab} applies to EAGLE-1/2 drafts only",
                                 "EAGLE-3 drafts carry their own vocabulary; drop --draft-vocab")
-        prepare(base, draft, dtype, vocab_ids)
+        prepare(base, draft, dtype, vocab_ids, stored_blocks(base_spec) if dtype == "native" else None)
         decoder = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
         decoder.precision = dtype
         return decoder
@@ -280,7 +281,8 @@ class EagleDecoder:
         clock = StepClock(self.device)
         t0 = clock.mark()
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
-        logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache)
+        logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache,
+                                                  last_logits_only=True)
         root = self._sample(logits[-1], sampling, gen)
         suffix = self.tree.suffix if self.draft is not None else None
         sam = SuffixAutomaton() if suffix is not None else None  # this request's text; gone with the request

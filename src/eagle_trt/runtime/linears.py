@@ -229,17 +229,28 @@ def quantize_int8(module: nn.Module, cache: dict[int, Int8Linear] | None = None)
 def check_precision(precision: str, device: str) -> None:
     if precision not in PRECISIONS:
         raise EagleTrtError(f"unsupported dtype {precision!r}", f"choose one of {', '.join(PRECISIONS)}")
-    if precision == "int8" and not device.startswith("cpu"):
-        raise EagleTrtError(f"dtype int8 runs on the CPU only, got device {device!r}",
+    if precision in ("int8", "native") and not device.startswith("cpu"):
+        raise EagleTrtError(f"dtype {precision} runs on the CPU only, got device {device!r}",
                             "use --dtype bfloat16 on a GPU, or --device cpu")
+    if precision == "native":
+        from eagle_trt.kernels.cpu_build import NATIVE_HINT, cpu_supports_native
+
+        reason = cpu_supports_native()
+        if reason:
+            raise EagleTrtError(f"dtype native cannot run here: {reason}", NATIVE_HINT)
 
 
 def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
-            draft_vocab: torch.Tensor | None = None) -> None:
+            draft_vocab: torch.Tensor | None = None, native_blocks: dict | None = None) -> None:
     """Fuse the projections of base and draft; with precision int8, quantize both (sharing the lm_head); truncate an
     EAGLE-1/2 draft's vocabulary to `draft_vocab` [n] base ids; fp32 on the CPU: pack the base's linears for oneDNN
     (a batch-invariant base where every packed shape proves it, see `rows_are_independent`) and quantize the draft
-    to int8. Int8 linears run on oneDNN where it is faster for their shape and gives the same sums."""
+    to int8. Int8 linears run on oneDNN where it is faster for their shape and gives the same sums. native: the
+    base runs runtime.native's fused C forward on `native_blocks` (runtime.loading.stored_blocks), the draft int8."""
+    if precision == "native":
+        from eagle_trt.runtime.native import attach_native
+
+        attach_native(base, native_blocks or {})
     fuse_projections(base)
     if draft is not None:
         fuse_projections(draft)
@@ -248,6 +259,8 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
         cache = quantize_int8(base)
         if draft is not None:
             quantize_int8(draft, cache)
+    elif precision == "native" and draft is not None:
+        quantize_int8(draft)
     if draft is not None and draft_vocab is not None:
         truncate_draft_vocab(draft, draft_vocab)
     packed: dict[int, PackedLinear] = {}

@@ -13,7 +13,8 @@ from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, Problem
 
 # the torch dtype each engine precision (spec.PRECISIONS) loads its weights as; int8: loaded in fp32, then quantized
 # by runtime.linears.prepare
-LOAD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.float32}
+LOAD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.float32,
+               "native": torch.float32}
 assert tuple(LOAD_DTYPES) == PRECISIONS
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [...most frequent first], "source": "..."}
 
@@ -71,6 +72,17 @@ def open_base_weights(spec: ModelSpec):
     reader = open_weights(spec.path)
     quant = spec.quantization
     return DequantizedWeights(reader, quant) if quant is not None and quant.groups else reader
+
+
+def stored_blocks(spec: ModelSpec) -> dict:
+    """HF weight name -> (GGUF type name, its block rows as stored) for every block-quantized tensor of a GGUF base
+    (what precision native reads as is); {} for any other checkpoint."""
+    from eagle_trt.checkpoints.gguf_reader import GGUFWeightReader
+
+    with open_weights(spec.path) as reader:
+        if not isinstance(reader, GGUFWeightReader):
+            return {}
+        return {name: blocks for name in reader.names() if (blocks := reader.stored_blocks(name)) is not None}
 
 
 def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:

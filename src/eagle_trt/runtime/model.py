@@ -112,7 +112,9 @@ class Segment:
 class BaseCall:
     """One sequence's part of a base forward: input_ids, positions [T]; K/V land in `cache` (None: the model's)
     at slots start..start+T-1; tree_mask [T, T] bool or None (causal); packed_mask: the same tree as TRT-LLM's
-    packed bitmask on the device (CUDA tree kernel; None: packed here from tree_mask)."""
+    packed bitmask on the device (CUDA tree kernel; None: packed here from tree_mask); last_logits_only: the caller
+    reads logits[-1] only (a prefill), so an engine may return [1, V] (the native forward does: a 4k prompt's
+    vocabulary head is most of its cost)."""
 
     input_ids: torch.Tensor
     positions: torch.Tensor
@@ -120,6 +122,7 @@ class BaseCall:
     tree_mask: torch.Tensor | None = None
     cache: KVCache | None = None
     packed_mask: torch.Tensor | None = None
+    last_logits_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -293,6 +296,7 @@ class Llama(nn.Module):
         self.cache: KVCache | None = None
         self.rope: Rope | None = None
         self.batch_invariant = False  # set by runtime.linears.prepare (int8; packed fp32): attention runs exact_attention
+        self.native = None  # a runtime.native.NativeForward (precision native): it runs forward_packed
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
@@ -311,7 +315,10 @@ class Llama(nn.Module):
     def forward_packed(self, calls: list[BaseCall], capture: tuple[int, ...] = ()) -> list[tuple]:
         """Several sequences in one forward: their rows are packed so every linear layer reads its weights once,
         attention runs per sequence over its own cache. One (logits, hidden, captured) per call, as `forward`.
-        With int8 linears and exact attention each row's result does not depend on what it is packed with."""
+        With int8 linears and exact attention, or the native forward, each row's result does not depend on what it
+        is packed with."""
+        if self.native is not None:
+            return self.native.forward_packed(self, calls, capture)
         ids = calls[0].input_ids if len(calls) == 1 else torch.cat([c.input_ids for c in calls])  # [sum T]
         positions = calls[0].positions if len(calls) == 1 else torch.cat([c.positions for c in calls])
         x = self.embed_tokens(ids)  # [sum T, H]
@@ -354,7 +361,7 @@ class Llama(nn.Module):
     def new_cache(self, max_len: int) -> KVCache:
         """A KV cache like the model's own, for another sequence (packed forwards take one per sequence)."""
         a, p = self.args, self.embed_tokens.weight
-        cache_dtype = torch.float64 if self.batch_invariant else p.dtype  # exact_attention reads float64
+        cache_dtype = torch.float64 if self.batch_invariant and self.native is None else p.dtype  # exact_attention
         return KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
 
     def hf_name_map(self) -> dict[str, str]:

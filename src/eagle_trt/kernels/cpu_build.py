@@ -1,0 +1,73 @@
+"""Build and load cpu_forward.c, the fused CPU forward of the `native` precision: gcc compiles it once per source
+and machine into the cache (EAGLE_TRT_CACHE, default ~/.cache/eagle-trt/kernels; about 3 s on 2 cores), ctypes
+loads it. It links the OpenMP runtime torch already loaded, so the two share one thread pool.
+
+    load_cpu_forward() -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+from eagle_trt.demo_model import cache_root
+from eagle_trt.errors import EagleTrtError
+
+SOURCE = Path(__file__).with_name("cpu_forward.c")
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared"]
+NATIVE_HINT = "use --dtype int8 (the PyTorch engine's batch-invariant path), which runs on every CPU"
+
+
+def cpu_supports_native() -> str | None:
+    """None when this CPU and toolchain can run the native forward, else the reason it cannot."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"the native CPU forward is written for x86-64 AVX-512, this machine is {platform.machine()}"
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    missing = [f for f in ("avx512f", "f16c", "fma") if f" {f}" not in flags]
+    if missing:
+        return f"the native CPU forward needs AVX-512 (this CPU lacks {', '.join(missing)})"
+    if shutil.which(os.environ.get("CC", "gcc")) is None:
+        return "the native CPU forward is compiled at first use and no C compiler (gcc, or $CC) is on PATH"
+    return None
+
+
+def _torch_gomp() -> list[str]:
+    """Link torch's own libgomp (same soname, already loaded), so one OpenMP pool serves torch and this kernel."""
+    import torch
+
+    lib = Path(torch.__file__).parent / "lib"
+    found = sorted(lib.glob("libgomp*.so*"))
+    return [str(found[0]), f"-Wl,-rpath,{lib}"] if found else []
+
+
+@cache
+def load_cpu_forward() -> ctypes.CDLL:
+    reason = cpu_supports_native()
+    if reason:
+        raise EagleTrtError(reason, NATIVE_HINT)
+    cc = os.environ.get("CC", "gcc")
+    source = SOURCE.read_bytes()
+    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    key = hashlib.sha256(source + " ".join(CFLAGS).encode() + cpu.encode()).hexdigest()[:16]
+    out = cache_root() / "kernels" / f"cpu_forward-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cc, *CFLAGS, str(SOURCE), "-o", str(tmp), *_torch_gomp(), "-lm"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            raise EagleTrtError(f"compiling the native CPU forward failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}",
+                                NATIVE_HINT)
+        os.replace(tmp, out)
+    lib = ctypes.CDLL(str(out))
+    lib.ef_forward.restype = ctypes.c_int
+    lib.ef_scratch_floats.restype = ctypes.c_long
+    lib.ef_threads.restype = ctypes.c_int
+    return lib

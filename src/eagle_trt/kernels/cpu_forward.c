@@ -1,0 +1,340 @@
+/* The base model's whole forward on the CPU in one call: a Llama-family decoder (RMSNorm, RoPE, GQA attention over a
+ * KV cache, SwiGLU MLP, final norm, vocabulary head) whose linears read their weights as the checkpoint stores them:
+ * GGUF Q4_0 / Q4_1 / Q8_0 blocks (32 weights, fp16 scale [and min]) or float32 rows.
+ *
+ * Exactness, the reason this file exists as it does:
+ * - A block is dequantized to float32 as ggml's reference (and the `gguf` package) does it, w = q*d + m with two
+ *   roundings (compiled with -ffp-contract=off, so no FMA fuses them), then multiplied by the float32 activations.
+ *   So a block linear gives the same bits as this kernel on the dequantized float32 weights, and what torch
+ *   computes on them up to the order of the float32 sum.
+ * - Every output of every row is one dot product summed in one fixed order (2 x 16 lane accumulators, blocks in
+ *   order, then a fixed reduction tree), whatever the number of rows, the row's place in the block or the
+ *   thread that runs it. Attention sums a row's visible keys in key order in float32. So each row's result depends
+ *   on that row alone: a tree-verify block computes each node exactly as a one-token decode step would, which keeps
+ *   EAGLE's output identical to plain decoding on this engine.
+ *
+ * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off); the ctypes structs in
+ * eagle_trt.runtime.native mirror the ones below.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <stdlib.h>
+#include <immintrin.h>
+#include <omp.h>
+
+enum { W_F32 = 0, W_Q4_0 = 1, W_Q4_1 = 2, W_Q8_0 = 3 };
+#define QK 32   /* weights per block */
+#define TILE 8  /* rows that share one dequantized block */
+#define PREFETCH_ROWS 4 /* weight rows read ahead */
+#define CHUNK 64 /* rows per pass over the weights (keeps the activations in cache) */
+
+typedef struct { uint16_t d; uint8_t qs[16]; } block_q4_0;
+typedef struct { uint16_t d, m; uint8_t qs[16]; } block_q4_1;
+typedef struct { uint16_t d; int8_t qs[32]; } block_q8_0;
+
+typedef struct {
+    int32_t type, rows, cols;  /* out features, in features */
+    const void *data;          /* F32: float [rows][cols]; blocks: [rows][cols / 32] */
+    const float *bias;         /* [rows] or NULL */
+} Linear;
+
+typedef struct {
+    Linear q, k, v, o, gate, up, down;
+    const float *input_norm, *post_norm;  /* [hidden] */
+} Layer;
+
+typedef struct {
+    int32_t n_layers, hidden, inter, heads, kv_heads, head_dim, vocab;
+    float eps;
+    const Layer *layers;
+    const float *final_norm;
+    Linear lm_head;
+} Model;
+
+typedef struct {
+    float *k, *v;          /* the sequence's cache, [n_layers][kv_heads][max_len][head_dim] */
+    int32_t max_len, start, rows;
+    const uint8_t *mask;   /* [rows][rows] the block's own keys a row sees (1) or NULL: the one row sees itself */
+} Segment;
+
+static inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Rows t0..t0+NT-1 of y = x W^T for output o, W float32. Each row: 2 accumulators (weights 0-15 and 16-31 of each
+ * block, blocks in order), one fixed reduction; the same arithmetic for NT = 1..TILE, so a row's sum does not depend
+ * on its neighbours. */
+static inline __attribute__((always_inline)) void dot_rows_f32(const Linear *L, int o, const float *x, int ldx,
+                                                               float *y, int ldy, const int NT) {
+    __m512 acc[TILE][2];
+    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const int nb = L->cols / QK;
+    const float *w = (const float *)L->data + (size_t)o * L->cols;
+    for (size_t off = 0; off < (size_t)L->cols * 4 && o + PREFETCH_ROWS < L->rows; off += 64)
+        _mm_prefetch((const char *)(w + (size_t)PREFETCH_ROWS * L->cols) + off, _MM_HINT_T0);
+    for (int b = 0; b < nb; b++) {
+        const __m512 w0 = _mm512_loadu_ps(w + b * QK), w1 = _mm512_loadu_ps(w + b * QK + 16);
+        for (int r = 0; r < NT; r++) {
+            const float *xr = x + (size_t)r * ldx + b * QK;
+            acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), acc[r][1]);
+        }
+    }
+    const float bias = L->bias ? L->bias[o] : 0.0f;
+    for (int r = 0; r < NT; r++)
+        y[(size_t)r * ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + bias;
+}
+
+/* The block's 32 quantized values as float32 (weights 0-15, 16-31) and its scale d and offset m:
+ * w = q*d + m (Q4_1), (q-8)*d = q*d + (-8d) (Q4_0), q*d (Q8_0, m = 0). */
+static inline __attribute__((always_inline)) void block_values(const void *data, int type, size_t i, __m512 *q0,
+                                                               __m512 *q1, float *d, float *m) {
+    if (type == W_Q8_0) {
+        const block_q8_0 *blk = (const block_q8_0 *)data + i;
+        *q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->qs)));
+        *q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16))));
+        *d = fp16(blk->d);
+        *m = 0.0f;
+        return;
+    }
+    const uint8_t *qs = type == W_Q4_1 ? ((const block_q4_1 *)data + i)->qs : ((const block_q4_0 *)data + i)->qs;
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    *q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0F))));
+    *q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F))));
+    if (type == W_Q4_1) {
+        *d = fp16(((const block_q4_1 *)data + i)->d);
+        *m = fp16(((const block_q4_1 *)data + i)->m);
+    } else {
+        *d = fp16(((const block_q4_0 *)data + i)->d);
+        *m = -8.0f * *d;
+    }
+}
+
+/* The same for block weights: each block is dequantized once for the NT rows, then summed like float32 rows. The
+ * prefetch reads the weight row PREFETCH_ROWS ahead (a one-row step is bound by memory: it doubles the speed). */
+static inline __attribute__((always_inline)) void dot_rows_blocks(const Linear *L, int o, const float *x, int ldx,
+                                                                  float *y, int ldy, const int NT, const int type) {
+    __m512 acc[TILE][2];
+    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const int nb = L->cols / QK;
+    const size_t row_bytes = (size_t)nb * (type == W_Q8_0 ? sizeof(block_q8_0) : type == W_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q4_0));
+    const char *ahead = (const char *)L->data + (size_t)(o + PREFETCH_ROWS) * row_bytes;
+    for (size_t off = 0; off < row_bytes && o + PREFETCH_ROWS < L->rows; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
+    for (int b = 0; b < nb; b++) {
+        __m512 q0, q1;
+        float d, m;
+        block_values(L->data, type, (size_t)o * nb + b, &q0, &q1, &d, &m);
+        const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
+        /* the dequantized weights as the reference holds them: q*d + m, two roundings */
+        const __m512 w0 = _mm512_add_ps(_mm512_mul_ps(q0, dv), mv), w1 = _mm512_add_ps(_mm512_mul_ps(q1, dv), mv);
+        for (int r = 0; r < NT; r++) {
+            const float *xr = x + (size_t)r * ldx + b * QK;
+            acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), acc[r][1]);
+        }
+    }
+    const float bias = L->bias ? L->bias[o] : 0.0f;
+    for (int r = 0; r < NT; r++)
+        y[(size_t)r * ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + bias;
+}
+
+#define ROWS_CASES(CALL)                                                         \
+    int t = 0;                                                                   \
+    for (; t + TILE <= nt; t += TILE) CALL(TILE);                                \
+    switch (nt - t) {                                                            \
+        case 7: CALL(7); break;                                                  \
+        case 6: CALL(6); break;                                                  \
+        case 5: CALL(5); break;                                                  \
+        case 4: CALL(4); break;                                                  \
+        case 3: CALL(3); break;                                                  \
+        case 2: CALL(2); break;                                                  \
+        case 1: CALL(1); break;                                                  \
+        default: break;                                                          \
+    }
+
+/* y [T][rows] = x [T][cols] W^T (+ bias). */
+static void linear(const Linear *L, int T, const float *x, float *y) {
+    for (int c0 = 0; c0 < T; c0 += CHUNK) {
+        const int nt = T - c0 < CHUNK ? T - c0 : CHUNK;
+        const float *xc = x + (size_t)c0 * L->cols;
+        float *yc = y + (size_t)c0 * L->rows;
+#define XT (xc + (size_t)t * L->cols)
+#define YT (yc + (size_t)t * L->rows)
+#define F32(n) dot_rows_f32(L, o, XT, L->cols, YT, L->rows, n)
+#define Q41(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q4_1)
+#define Q40(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q4_0)
+#define Q80(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q8_0)
+        switch (L->type) {
+            case W_F32:
+#pragma omp parallel for schedule(static)
+                for (int o = 0; o < L->rows; o++) { ROWS_CASES(F32) }
+                break;
+            case W_Q4_1:
+#pragma omp parallel for schedule(static)
+                for (int o = 0; o < L->rows; o++) { ROWS_CASES(Q41) }
+                break;
+            case W_Q4_0:
+#pragma omp parallel for schedule(static)
+                for (int o = 0; o < L->rows; o++) { ROWS_CASES(Q40) }
+                break;
+            default:
+#pragma omp parallel for schedule(static)
+                for (int o = 0; o < L->rows; o++) { ROWS_CASES(Q80) }
+                break;
+        }
+#undef XT
+#undef YT
+#undef F32
+#undef Q41
+#undef Q40
+#undef Q80
+    }
+}
+
+/* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin). */
+static inline float dot16(const float *a, const float *b, int n) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc[j]);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
+/* out [T][n] = x / rms(x) * weight, per row. */
+static void rms_norm(const float *x, const float *weight, int T, int n, float eps, float *out) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * n;
+        float *yr = out + (size_t)t * n;
+        const float inv = 1.0f / sqrtf(dot16(xr, xr, n) / (float)n + eps);
+        for (int i = 0; i < n; i++) yr[i] = (xr[i] * inv) * weight[i];
+    }
+}
+
+/* HF rotate-half RoPE in place: x [T][nh][D]; cos, sin [T][D]. */
+static void rope(float *x, const float *cos, const float *sin, int T, int nh, int D) {
+    const int half = D / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)t * nh + h) * D;
+            const float *c = cos + (size_t)t * D, *s = sin + (size_t)t * D;
+            for (int i = 0; i < half; i++) {
+                const float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i + half] + a * s[i + half];
+            }
+        }
+}
+
+/* One row's attention for one head: its visible keys in key order (the cached prefix, then the block's keys its
+ * mask shows), softmax and the weighted sum of values in float32, one fixed order. */
+static void attend_row(const float *q, const float *kc, const float *vc, int D, int start, int rows, int row,
+                       const uint8_t *mask, float scale, float *scores, float *out) {
+    int n = 0;
+    float mx = -INFINITY;
+    const int visible = start + rows;
+    for (int j = 0; j < visible; j++) {
+        if (j >= start && mask && !mask[(size_t)row * rows + (j - start)]) { scores[j] = NAN; continue; }
+        if (j >= start && !mask && j - start != row) { scores[j] = NAN; continue; }
+        const float s = dot16(q, kc + (size_t)j * D, D) * scale;
+        scores[j] = s;
+        mx = s > mx ? s : mx;
+        n++;
+    }
+    float sum = 0.0f;
+    __m512 acc[8];  /* head_dim <= 128 */
+    for (int i = 0; i < D / 16; i++) acc[i] = _mm512_setzero_ps();
+    for (int j = 0; j < visible; j++) {
+        if (isnan(scores[j])) continue;
+        const float p = expf(scores[j] - mx);
+        sum += p;
+        const __m512 pv = _mm512_set1_ps(p);
+        for (int i = 0; i < D / 16; i++) acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vc + (size_t)j * D + i * 16), acc[i]);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    for (int i = 0; i < D / 16; i++) _mm512_storeu_ps(out + i * 16, _mm512_mul_ps(acc[i], inv));
+    (void)n;
+}
+
+/* Rows [T] of several sequences (segments, back to back) through the model. x [T][hidden] holds the embeddings and
+ * is used as the residual stream; cos, sin [T][head_dim]; captured [T][n_capture * hidden] gets the residual stream
+ * entering the layers `capture` names (n_layers: the last layer's output); hidden [T][hidden] gets the final normed
+ * state; logits [n_logit][vocab] the vocabulary head of rows logit_rows (n_logit < 0: of every row, [T][vocab]).
+ * scratch: ef_scratch_floats(model, T, max_len, threads) floats. */
+int ef_forward(const Model *m, int T, float *x, const float *cos, const float *sin, int n_seg, const Segment *segs,
+               int n_capture, const int32_t *capture, float *captured, float *hidden, int n_logit,
+               const int32_t *logit_rows, float *logits, float *scratch) {
+    const int H = m->hidden, D = m->head_dim, nh = m->heads, nkv = m->kv_heads, group = nh / nkv;
+    if (D % 16 || D > 128 || H % QK || m->inter % QK) return -1;
+    float *h = scratch;                          /* [T][max(H, nh*D)] */
+    const int wide = H > nh * D ? H : nh * D;
+    float *q = h + (size_t)T * wide;             /* [T][nh*D] */
+    float *k = q + (size_t)T * nh * D;           /* [T][nkv*D] */
+    float *v = k + (size_t)T * nkv * D;          /* [T][nkv*D] */
+    float *att = v + (size_t)T * nkv * D;        /* [T][nh*D] */
+    float *g = att + (size_t)T * nh * D;         /* [T][inter] */
+    float *u = g + (size_t)T * m->inter;         /* [T][inter] */
+    float *scores = u + (size_t)T * m->inter;    /* [threads][max_len] */
+    int max_len = 0;
+    for (int s = 0; s < n_seg; s++) max_len = segs[s].max_len > max_len ? segs[s].max_len : max_len;
+    const float scale = 1.0f / sqrtf((float)D);
+
+    for (int l = 0; l <= m->n_layers; l++) {
+        for (int c = 0; c < n_capture; c++)
+            if (capture[c] == l)
+                for (int t = 0; t < T; t++) memcpy(captured + ((size_t)t * n_capture + c) * H, x + (size_t)t * H, H * sizeof(float));
+        if (l == m->n_layers) break;
+        const Layer *L = &m->layers[l];
+        rms_norm(x, L->input_norm, T, H, m->eps, h);
+        linear(&L->q, T, h, q);
+        linear(&L->k, T, h, k);
+        linear(&L->v, T, h, v);
+        rope(q, cos, sin, T, nh, D);
+        rope(k, cos, sin, T, nkv, D);
+        int row0 = 0;
+        for (int s = 0; s < n_seg; s++) {
+            const Segment *S = &segs[s];
+            const size_t layer_off = (size_t)l * nkv * S->max_len * D;
+            for (int t = 0; t < S->rows; t++)
+                for (int kh = 0; kh < nkv; kh++) {
+                    const size_t slot = layer_off + ((size_t)kh * S->max_len + S->start + t) * D;
+                    memcpy(S->k + slot, k + ((size_t)(row0 + t) * nkv + kh) * D, D * sizeof(float));
+                    memcpy(S->v + slot, v + ((size_t)(row0 + t) * nkv + kh) * D, D * sizeof(float));
+                }
+#pragma omp parallel for schedule(static) collapse(2)
+            for (int t = 0; t < S->rows; t++)
+                for (int hh = 0; hh < nh; hh++) {
+                    const size_t kv_off = layer_off + (size_t)(hh / group) * S->max_len * D;
+                    attend_row(q + ((size_t)(row0 + t) * nh + hh) * D, S->k + kv_off, S->v + kv_off, D, S->start,
+                               S->rows, t, S->mask, scale, scores + (size_t)omp_get_thread_num() * max_len,
+                               att + ((size_t)(row0 + t) * nh + hh) * D);
+                }
+            row0 += S->rows;
+        }
+        linear(&L->o, T, att, h);
+        for (size_t i = 0; i < (size_t)T * H; i++) x[i] += h[i];
+        rms_norm(x, L->post_norm, T, H, m->eps, h);
+        linear(&L->gate, T, h, g);
+        linear(&L->up, T, h, u);
+        for (size_t i = 0; i < (size_t)T * m->inter; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        linear(&L->down, T, g, h);
+        for (size_t i = 0; i < (size_t)T * H; i++) x[i] += h[i];
+    }
+    rms_norm(x, m->final_norm, T, H, m->eps, hidden);
+    if (n_logit < 0) {
+        linear(&m->lm_head, T, hidden, logits);
+    } else {  /* the rows asked for, gathered (g holds T * inter >= n_logit * H floats) */
+        for (int i = 0; i < n_logit; i++) memcpy(g + (size_t)i * H, hidden + (size_t)logit_rows[i] * H, H * sizeof(float));
+        linear(&m->lm_head, n_logit, g, logits);
+    }
+    return 0;
+}
+
+/* Floats of scratch ef_forward needs for T rows and caches of up to max_len slots, with `threads` OpenMP threads. */
+long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
+    const int nhd = m->heads * m->head_dim, wide = m->hidden > nhd ? m->hidden : nhd;
+    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * max_len;
+}
+
+/* OpenMP threads the forward runs on (scratch has one score row per thread). */
+int ef_threads(void) { return omp_get_max_threads(); }
+
+/* y [T][rows] = x [T][cols] W^T for one linear (tests and the kernel benchmark). */
+void ef_linear(const Linear *L, int T, const float *x, float *y) { linear(L, T, x, y); }

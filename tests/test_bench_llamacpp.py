@@ -1,0 +1,71 @@
+"""`eagle-trt bench` against llama.cpp and over context lengths: the llama.cpp row's ratios, its refusals before any
+work, prompts of a given length from held-out text, and `--contexts` end to end on the tiny model. (llama.cpp itself
+is built outside CI, `make llamacpp`; its row's figures are in docs/performance.md.)"""
+
+import importlib.util
+import json
+
+import pytest
+from click.testing import CliRunner
+from transformers import AutoTokenizer
+
+from eagle_trt.cli import main
+from eagle_trt.perf import bench_runtime as B
+
+
+def _row(tokens: int, seconds: float, prefill: float, outputs: list) -> dict:
+    row = B._empty_row()
+    row.update(tokens=tokens, seconds=seconds, prefill_s=prefill, outputs=outputs)
+    return row
+
+
+def test_every_row_gets_its_ratio_to_llamacpp():
+    rows = {"plain": _row(100, 4.0, 1.0, [[1, 2]]), "chain:3": _row(100, 2.0, 0.5, [[1, 2]]),
+            B.LLAMACPP_ROW: _row(100, 1.0, 0.5, [[1, 3]])}
+    out = B._summarise(rows)
+    assert out["plain"]["vs_llamacpp"] == pytest.approx(0.25) and out["chain:3"]["vs_llamacpp"] == pytest.approx(0.5)
+    assert out["plain"]["decode_vs_llamacpp"] == pytest.approx((100 / 3.0) / (100 / 0.5))
+    assert out[B.LLAMACPP_ROW]["identical_prompts"] == 0 and out["chain:3"]["identical_to_plain"]
+    table = B.format_table({"rows": out, "prompts_total": 1})
+    assert "vs llama.cpp (decode)" in table and "- (0/1 equal to ours)" in table  # not flagged as a failure
+    assert "| chain:3 | 50.0 | 66.7 |" in table and "0.50x (0.33x) |" in table
+
+
+def test_llamacpp_is_refused_before_any_work(tiny_base, tmp_path, monkeypatch):
+    args = ["bench", "--base", str(tiny_base), "--prompts", "1", "--max-tokens", "2", "--trees", "chain:1",
+            "--json-out", str(tmp_path / "b.json")]
+    res = CliRunner().invoke(main, args + ["--llamacpp", str(tmp_path / "missing.gguf")])
+    assert res.exit_code == 1 and "not a .gguf file" in res.output and "demo-model --gguf" in res.output
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    res = CliRunner().invoke(main, args + ["--llamacpp", str(gguf)])
+    assert res.exit_code == 1 and "llama-cpp-python, which is not installed" in res.output
+    assert "make llamacpp" in res.output and not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("tokens", [64, 300])
+def test_context_prompts_have_about_the_asked_length(tiny_base, tokens):
+    from eagle_trt.datasets import encode_prompt
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    prompts = B.context_prompts(tok, tokens, 3, chat=True)
+    lengths = [len(encode_prompt(tok, p.text, True)) for p in prompts]
+    assert all(abs(n - tokens) <= max(4, tokens // 20) for n in lengths), lengths
+    assert len({p.text for p in prompts}) == 3 and all(p.category == f"context {tokens}" for p in prompts)
+
+
+def test_bench_contexts_prints_the_cost_growth_table(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--draft", str(eagle1_draft), "--contexts",
+                                    "64,200", "--prompts", "1", "--max-tokens", "4", "--trees", "chain:2",
+                                    "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    result = json.loads(out.read_text())["contexts"]
+    assert list(result) == ["64", "200"]
+    for n, run in result.items():
+        assert set(run["rows"]) == {"plain", "chain:2"} and run["rows"]["chain:2"]["identical_to_plain"]
+        assert f"| ~{n} | chain:2 |" in res.output
+    bad = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--contexts", "big"])
+    assert bad.exit_code == 2 and "128,1024,4096" in bad.output

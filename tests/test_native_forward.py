@@ -1,0 +1,157 @@
+"""Precision native (runtime/native.py, kernels/cpu_forward.c): the fused C forward on weights as stored.
+
+- Each GGUF block type the kernel reads (Q4_0, Q4_1, Q8_0) and float32 rows: a linear equals x W^T over the weights
+  the `gguf` package dequantizes, within float32 summation error, and every row's result is bitwise the same
+  whether it runs alone or beside other rows.
+- The demo GGUF base (Q4_1 + Q8_0 as shipped): logits within 5e-4 of the torch float32 engine on its dequantized
+  weights, the same greedy tokens; EAGLE output equals plain decoding exactly (chain, dynamic and suffix trees);
+  a packed forward of two sequences equals each alone, bit for bit.
+- Tiny transformers-written families (biases, llama3 and YaRN RoPE, tied heads): logits equal transformers' within
+  float32 error; q/k-norm and sliding-window models are refused by name; native on a GPU is refused.
+"""
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+from eagle_trt.errors import EagleTrtError
+from hf_builders import hf_logits, make_hf_base
+
+gguf = pytest.importorskip("gguf")
+
+
+@pytest.fixture(scope="module")
+def lib():
+    from eagle_trt.kernels.cpu_build import load_cpu_forward
+
+    return load_cpu_forward()
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q8_0", "F32"])
+def test_linear_equals_dequantized_weights_and_rows_are_independent(lib, type_name):
+    from gguf.quants import dequantize, quantize
+
+    from eagle_trt.runtime.native import BLOCK_TYPES, W_F32, CLinear
+
+    gen = np.random.default_rng(0)
+    out, k = 96, 256
+    w = gen.standard_normal((out, k)).astype(np.float32) * 0.05  # [out, K]
+    if type_name == "F32":
+        stored, code, ref = np.ascontiguousarray(w), W_F32, w
+    else:
+        qtype = gguf.GGMLQuantizationType[type_name]
+        stored = np.ascontiguousarray(quantize(w, qtype))  # [out, K/32 blocks as bytes]
+        code, ref = BLOCK_TYPES[type_name], dequantize(stored, qtype).astype(np.float32).reshape(out, k)
+    bias = torch.randn(out)  # [out]
+    lin = CLinear(code, out, k, stored.ctypes.data, bias.data_ptr())
+    x = torch.randn(7, k)  # [T, K]
+    y = torch.empty(7, out)  # [T, out]
+    lib.ef_linear(ctypes.byref(lin), 7, ctypes.c_void_p(x.data_ptr()), ctypes.c_void_p(y.data_ptr()))
+    expected = x.double() @ torch.from_numpy(ref).double().T + bias.double()  # [T, out]
+    scale = x.abs().double() @ torch.from_numpy(np.abs(ref)).double().T  # [T, out]: sum |x||w|
+    assert ((y.double() - expected).abs() <= 1e-5 * scale + 1e-6).all()
+    for t in range(7):  # each row alone: the same bits
+        one = torch.empty(1, out)
+        lib.ef_linear(ctypes.byref(lin), 1, ctypes.c_void_p(x[t:t + 1].contiguous().data_ptr()),
+                      ctypes.c_void_p(one.data_ptr()))
+        assert torch.equal(one[0], y[t])
+
+
+@pytest.fixture(scope="module")
+def demo():
+    from transformers import AutoTokenizer
+
+    from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
+    from eagle_trt.runtime import EagleDecoder
+
+    gguf_dir = materialize_demo_gguf_base()
+    native = EagleDecoder.load(gguf_dir, shipped_draft_dir("eagle1"), tree="chain:3", dtype="native")
+    reference = EagleDecoder.load(materialize_demo_base(), None, tree="chain:1", dtype="float32")
+    tok = AutoTokenizer.from_pretrained(gguf_dir)
+    return tok, native, reference
+
+
+def _prompt(tok, i: int) -> list[int]:
+    from eagle_trt.datasets import encode_prompt, mtbench_prompts
+
+    return encode_prompt(tok, mtbench_prompts()[i].text, True)
+
+
+def test_demo_gguf_runs_its_blocks_as_stored(demo):
+    _, native, _ = demo
+    assert native.base.native.block_types == ["Q4_1", "Q8_0"]
+    assert native.base.native.weight_bytes() < 110e6  # the blocks (~97 MB), not a 540 MB float32 copy
+    assert len(native.base.layers) == 0  # the torch copies of the layers were dropped
+
+
+def test_demo_logits_and_greedy_match_dequantized_float32(demo):
+    tok, native, reference = demo
+    ids = _prompt(tok, 0)
+    positions = torch.arange(len(ids))
+    with torch.inference_mode():
+        ours = native.base(torch.tensor(ids), positions, 0)[0]  # [T, V]
+        ref = reference.base(torch.tensor(ids), positions, 0)[0]
+    assert (ours - ref).abs().max().item() < 5e-4
+    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+    plain = native.with_tree("chain:1", speculative=False)
+    assert plain.generate_all(ids, 24).token_ids == reference.generate_all(ids, 24).token_ids
+
+
+@pytest.mark.parametrize("tree", ["chain:3", "dynamic:3,3,6", "auto-suffix"])
+def test_demo_eagle_equals_plain_exactly(demo, tree):
+    tok, native, _ = demo
+    plain = native.with_tree("chain:1", speculative=False)
+    decoder = native if tree == "chain:3" else native.with_tree("dynamic:3,3,6") if tree.startswith("dynamic") \
+        else native.with_tree("chain:3+suffix")
+    for i in (1, 5):
+        ids = _prompt(tok, i)
+        assert decoder.generate_all(ids, 40).token_ids == plain.generate_all(ids, 40).token_ids
+
+
+def test_packed_forward_equals_each_sequence_alone(demo):
+    from eagle_trt.runtime.model import BaseCall
+
+    tok, native, _ = demo
+    base = native.base
+    a, b = _prompt(tok, 2)[:20], _prompt(tok, 3)[:9]
+    caches = [base.new_cache(64) for _ in range(4)]
+    with torch.inference_mode():
+        calls = [BaseCall(torch.tensor(ids), torch.arange(len(ids)), 0, cache=c) for ids, c in ((a, caches[0]), (b, caches[1]))]
+        together = base.forward_packed(calls)
+        alone = [base.forward_packed([BaseCall(torch.tensor(ids), torch.arange(len(ids)), 0, cache=c)])[0]
+                 for ids, c in ((a, caches[2]), (b, caches[3]))]
+    for joint, single in zip(together, alone):
+        assert torch.equal(joint[0], single[0]) and torch.equal(joint[1], single[1])
+    assert torch.equal(caches[0].k[:, :, :20], caches[2].k[:, :, :20])
+
+
+@pytest.mark.parametrize("variant", ["llama31", "llama_bias", "qwen2", "qwen25_tied", "qwen25_yarn"])
+def test_float_families_match_transformers(tmp_path, variant):
+    from eagle_trt.runtime import EagleDecoder
+
+    base = make_hf_base(tmp_path / variant, variant)
+    decoder = EagleDecoder.load(base, None, tree="chain:1", dtype="native")
+    ids = [1, 5, 9, 33, 17, 4, 60, 2, 8, 100]
+    with torch.inference_mode():
+        ours = decoder.base(torch.tensor(ids), torch.arange(len(ids)), 0)[0]  # [T, V]
+    ref = hf_logits(base, ids)
+    assert (ours - ref).abs().max().item() < 1e-4 * max(1.0, ref.abs().max().item())
+
+
+@pytest.mark.parametrize("variant, named", [("qwen3", "q/k RMSNorm"), ("qwen2_window", "sliding-window")])
+def test_unsupported_layers_are_refused_by_name(tmp_path, variant, named):
+    from eagle_trt.runtime import EagleDecoder
+
+    base = make_hf_base(tmp_path / variant, variant)
+    with pytest.raises(EagleTrtError, match=named) as info:
+        EagleDecoder.load(base, None, tree="chain:1", dtype="native")
+    assert "int8" in info.value.hint
+
+
+def test_native_on_a_gpu_is_refused():
+    from eagle_trt.runtime.linears import check_precision
+
+    with pytest.raises(EagleTrtError, match="native runs on the CPU only"):
+        check_precision("native", "cuda:0")
