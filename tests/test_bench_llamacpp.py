@@ -69,3 +69,16 @@ def test_bench_contexts_prints_the_cost_growth_table(tiny_base, eagle1_draft, tm
         assert f"| ~{n} | chain:2 |" in res.output
     bad = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--contexts", "big"])
     assert bad.exit_code == 2 and "128,1024,4096" in bad.output
+
+
+def test_bench_backoff_and_another_precision_rows(tiny_base, eagle1_draft, tmp_path):
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--draft", str(eagle1_draft), "--prompts", "2",
+                                    "--max-tokens", "12", "--trees", "chain:3", "--backoff", "--also-plain", "int8",
+                                    "--turns", "first", "--json-out", str(out)])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert list(rows) == ["plain", "chain:3", "chain:3 +backoff", "plain int8"]
+    assert rows["chain:3 +backoff"]["identical_to_plain"] and rows["chain:3"]["identical_to_plain"]
+    assert rows["chain:3 +backoff"]["steps"] > 0 and rows["chain:3"]["plain_steps"] == 0
+    assert "plain int8 |" in res.output and "equal to ours" in res.output  # other numerics: compared, not required

@@ -20,6 +20,7 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tuning import TUNE_BUDGET_S
 
+BACKOFF_ROW = " +backoff"  # appended to a setting's name: the same setting with runtime.backoff
 LLAMACPP_ROW = "llama.cpp plain"  # the row of llama.cpp's greedy decoding of the same prompts (perf.llamacpp)
 OTHER_PLAIN = "plain "  # + a dtype: plain decoding of the same base at another precision (BenchConfig.also_plain)
 
@@ -41,6 +42,7 @@ class BenchConfig:
     llamacpp: Path | None = None  # a GGUF of the base: llama.cpp's plain decoding as one more row (perf.llamacpp)
     context: int | None = None  # prompts of about this many tokens from held-out text instead of the dataset
     also_plain: tuple[str, ...] = ()  # more plain rows: the same base at these precisions (e.g. int8 beside native)
+    backoff: bool = False  # each EAGLE setting also runs with runtime.backoff (a row "<setting> +backoff")
 
     @property
     def max_seq_len(self) -> int | None:
@@ -142,7 +144,7 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
 def _empty_row() -> dict:
     return {"tokens": 0, "seconds": 0.0, "prefill_s": 0.0, "accepted_lengths": [], "drafted": 0, "accepted": 0,
             "draft_s": 0.0, "verify_s": 0.0, "outputs": [], "categories": {}, "turns": {},
-            "suffix_proposed": 0, "suffix_accepted": 0}
+            "suffix_proposed": 0, "suffix_accepted": 0, "steps": 0, "plain_steps": 0}
 
 
 def _per_group(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
@@ -166,7 +168,8 @@ def _summarise(rows: dict) -> dict:
                      "mean_accepted_length": sum(lengths) / max(len(lengths), 1),
                      "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
                      "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"]),
-                     "suffix_proposed": r["suffix_proposed"], "suffix_accepted": r["suffix_accepted"]}
+                     "suffix_proposed": r["suffix_proposed"], "suffix_accepted": r["suffix_accepted"],
+                     "steps": r["steps"], "plain_steps": r["plain_steps"]}
         if len(r["categories"]) > 1:
             out[name]["per_category"] = _per_group(r["categories"], rows["plain"]["categories"])
         if len(r["turns"]) > 1:
@@ -200,6 +203,8 @@ def _add(r: dict, token_ids: list[int], elapsed: float, stats, category: str, tu
         r["verify_s"] += stats.verify_time_s
         r["suffix_proposed"] += stats.num_suffix_tokens
         r["suffix_accepted"] += stats.num_accepted_suffix_tokens
+        r["steps"] += stats.steps
+        r["plain_steps"] += stats.num_plain_steps
     for group, key in (("categories", category), ("turns", f"turn {turn}")):
         sums = r[group].setdefault(key, [0, 0.0, 0, 0])  # as _per_group reads them
         sums[0] += len(token_ids)
@@ -225,6 +230,8 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
     decoders = {name: EagleDecoder.load(cfg.base, d, tree=t, device=cfg.device, dtype=cfg.dtype,
                                         draft_vocab=cfg.draft_vocab, max_seq_len=cfg.max_seq_len)
                 for name, (d, t) in settings.items()}
+    if cfg.backoff:
+        decoders |= {name + BACKOFF_ROW: decoders[name].with_backoff() for name in settings if name != "plain"}
     for dtype in cfg.also_plain:
         decoders[OTHER_PLAIN + dtype] = EagleDecoder.load(cfg.base, None, tree="chain:1", device=cfg.device, dtype=dtype,
                                                           max_seq_len=cfg.max_seq_len)
@@ -278,7 +285,7 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
             checkpoint.write_text(json.dumps(result, indent=2))
         if (done + 1) % 10 == 0 or done + 1 == len(order):
             taus = ", ".join(f"{n} {r['mean_accepted_length']:.2f}" for n, r in result["rows"].items()
-                             if n in settings and n != "plain")
+                             if n in decoders and n != "plain" and not other_numerics(n))
             echo(f"  {done + 1}/{len(order)} turns; tau: {taus}")
     if llama is not None:
         llama.close()
@@ -306,7 +313,8 @@ def format_table(result: dict) -> str:
     for name, r in result["rows"].items():
         guess = f"{r['predicted_tok_per_s']:.1f}" if "predicted_tok_per_s" in r else "-"
         decode = f"{r['decode_tok_per_s']:.1f}" if "decode_tok_per_s" in r else "-"
-        lines.append(f"| {name} | {r['tok_per_s']:.1f} | {decode} | {guess} | {r['speedup']:.2f}x | "
+        label = name + (f" ({100 * r['plain_steps'] / r['steps']:.0f} % plain steps)" if r.get("plain_steps") else "")
+        lines.append(f"| {label} | {r['tok_per_s']:.1f} | {decode} | {guess} | {r['speedup']:.2f}x | "
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
                      f"{r['verify_s']:.1f} | {_identical(name, r, n)} |"
                      + (f" {r['vs_llamacpp']:.2f}x ({r['decode_vs_llamacpp']:.2f}x) |" if llama else ""))

@@ -22,7 +22,8 @@ import torch
 from eagle_trt import request_rules as rules
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime.draft import DraftCall, DraftOut
+from eagle_trt.runtime.backoff import Backoff
+from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
 from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
@@ -50,6 +51,7 @@ class GenerationStats:
     prefill_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    num_plain_steps: int = 0  # of steps: run without drafting because the backoff found them faster (runtime.backoff)
 
     @property
     def mean_accepted_length(self) -> float:
@@ -166,6 +168,7 @@ class EagleDecoder:
         self.tree, self.device, self.max_seq_len = tree, device, max_seq_len
         self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
+        self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
         base_len, draft_len = self.cache_lengths(max_seq_len, tree.max_draft_tokens)
@@ -230,14 +233,21 @@ class EagleDecoder:
         tree_cfg = resolve(tree)
         decoder = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
                             self.max_seq_len)
-        decoder.precision = self.precision
+        decoder.precision, decoder.backoff = self.precision, self.backoff
+        return decoder
+
+    def with_backoff(self, backoff: Backoff | None = Backoff()) -> EagleDecoder:
+        """Another decoder over the same base, draft and caches whose requests back off to plain steps while those
+        commit more tokens per second (runtime.backoff); None: always speculate."""
+        decoder = self.with_tree(self.tree)
+        decoder.backoff = backoff
         return decoder
 
     def with_draft(self, draft) -> EagleDecoder:
         """Another decoder over the same loaded base (and its cache) with `draft` in place of this one's: a draft
         head built elsewhere (a trained candidate, a test's oracle). Requests must not run on both at once."""
         decoder = type(self)(self.base, draft, self.base_spec, self.tree, self.device, self.max_seq_len)
-        decoder.precision = self.precision
+        decoder.precision, decoder.backoff = self.precision, self.backoff
         return decoder
 
     # ---- public API ---------------------------------------------------------------------------------------------
@@ -297,6 +307,7 @@ class EagleDecoder:
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
+        policy = self.backoff.start() if self.backoff is not None and self.draft is not None else None
         while True:
             step, reason, retract = stops.cut(out_tokens, committed, max_new_tokens)
             out_tokens = out_tokens[:len(out_tokens) - retract] + step
@@ -305,16 +316,20 @@ class EagleDecoder:
             if reason is not None:
                 return
             t0 = clock.mark()
-            if self.draft is None:
+            step_start = time.perf_counter()
+            speculate = self.draft is not None and (policy is None or policy.speculate())
+            if not speculate:
                 tree = root_only(root, self.device)
             else:
                 root_draft = yield update  # the root's draft output [1, H] and its top-k
+                update = None
                 if stats.steps == 0:  # the draft's pass over the prompt: prefill
                     t0, t_prefill = clock.mark(), t0
                     clock.add(stats, "prefill_time_s", t_prefill, t0)
+                    step_start = time.perf_counter()
                 tree = yield from self._tree_steps(root, root_draft, length, draft_cache)
             drafted = tree.num_draft_tokens
-            if sam is not None:
+            if sam is not None and speculate:
                 merged = merge_chain(tree, sam.propose(suffix.min_match, suffix.max_tokens))
                 tree = merged.tree
                 stats.num_suffix_tokens += merged.added
@@ -342,8 +357,12 @@ class EagleDecoder:
             if self.draft is not None:
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
                 pos = torch.arange(length, length + len(path), device=self.device)  # [A]
-                update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length, draft_cache,
-                                   top_k=self._root_k(), last_only=True)
+                step_update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length, draft_cache,
+                                        top_k=self._root_k(), last_only=True)
+                update = step_update if update is None else joined(update, step_update)  # after plain steps
+            if policy is not None:
+                policy.record(speculate, len(committed), time.perf_counter() - step_start)
+                stats.num_plain_steps += not speculate
             length += len(path)
             root = accepted.bonus
             clock.add(stats, "draft_time_s", t0, t1)

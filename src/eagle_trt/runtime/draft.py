@@ -42,6 +42,14 @@ class DraftCall:
     last_only: bool = False
 
 
+def joined(first: DraftCall, then: DraftCall) -> DraftCall:
+    """One draft call for two consecutive ones of a request (`then` starts where `first` ends): the draft catching
+    up on positions it skipped (runtime.backoff's plain steps)."""
+    return DraftCall(torch.cat((first.input_ids, then.input_ids)), torch.cat((first.features, then.features)),
+                     torch.cat((first.positions, then.positions)), first.start, first.cache, None, then.top_k,
+                     then.last_only)  # [T1 + T2] ids and positions, [T1 + T2, H] features
+
+
 @dataclass(frozen=True)
 class DraftOut:
     """A DraftCall's answer: out [T, H] (or [1, H], `last_only`), the draft output the next draft rows read; scores,

@@ -1,0 +1,105 @@
+"""runtime/backoff.py: per request, plain steps where they commit more tokens per second than speculative ones.
+
+- The schedule: speculate, probe plain after `first_probe` steps, keep the faster mode, probe the other again with
+  a doubling interval, switch back when it wins.
+- On the demo model (native precision): output equals plain decoding whatever the steps do; when the draft catches
+  up after plain steps (one joined draft call), its proposals are as good as without pauses.
+- A draft that never helps (a random tiny draft) ends up mostly in plain steps.
+"""
+
+import pytest
+import torch
+
+from eagle_trt.runtime.backoff import Backoff
+
+
+def drive(state, spec_rate: float, plain_rate: float, steps: int) -> list[bool]:
+    modes = []
+    for _ in range(steps):
+        spec = state.speculate()
+        modes.append(spec)
+        state.record(spec, 10, 10 / (spec_rate if spec else plain_rate))
+    return modes
+
+
+def test_keeps_speculating_while_it_pays_and_probes_less_and_less():
+    state = Backoff(first_probe=6, probe_steps=2, interval=16, max_interval=64).start()
+    modes = drive(state, spec_rate=150.0, plain_rate=100.0, steps=200)
+    assert modes[:6] == [True] * 6 and modes[6:8] == [False, False]  # the first probe
+    assert state.chosen_spec and state.switches == 0
+    plain_at = [i for i, m in enumerate(modes) if not m]
+    gaps = [b - a for a, b in zip(plain_at[::2], plain_at[2::2])]
+    assert gaps == sorted(gaps) and gaps[-1] == 64 + 2  # doubling intervals, capped
+    assert modes.count(False) < 0.1 * len(modes)
+
+
+def test_backs_off_to_plain_and_returns_when_speculation_pays_again():
+    state = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32).start()
+    drive(state, spec_rate=80.0, plain_rate=100.0, steps=60)
+    assert not state.chosen_spec and state.switches == 1
+    assert state.plain_steps > 45
+    drive(state, spec_rate=200.0, plain_rate=100.0, steps=80)  # acceptance came back
+    assert state.chosen_spec and state.switches == 2
+
+
+class Alternate:
+    """A test policy: speculative and plain steps in turn (the draft catches up every other step)."""
+
+    def start(self):
+        return self
+
+    def __init__(self):
+        self.n = 0
+
+    def speculate(self) -> bool:
+        self.n += 1
+        return self.n % 2 == 1
+
+    def record(self, spec, tokens, seconds):
+        pass
+
+
+@pytest.fixture(scope="module")
+def native_demo():
+    from transformers import AutoTokenizer
+
+    from eagle_trt.demo_model import materialize_demo_gguf_base, shipped_draft_dir
+    from eagle_trt.runtime import EagleDecoder
+
+    base = materialize_demo_gguf_base()
+    return AutoTokenizer.from_pretrained(base), EagleDecoder.load(base, shipped_draft_dir("eagle1"), tree="chain:3",
+                                                                  dtype="native")
+
+
+def test_output_equals_plain_and_the_draft_catches_up(native_demo):
+    from eagle_trt.datasets import encode_prompt, mtbench_prompts
+
+    tok, eagle = native_demo
+    plain = eagle.with_tree("chain:1", speculative=False)
+    alternating = eagle.with_backoff(Alternate())
+    spec_only_tau, alt_tau = [], []
+    for i in (4, 9):
+        ids = encode_prompt(tok, mtbench_prompts()[i].text, True)
+        want = plain.generate_all(ids, 48).token_ids
+        always = eagle.generate_all(ids, 48)
+        alt = alternating.generate_all(ids, 48)
+        assert always.token_ids == want and alt.token_ids == want
+        assert alt.stats.num_plain_steps == alt.stats.steps // 2
+        spec_steps = [n for j, n in enumerate(alt.stats.accepted_lengths) if j % 2 == 0]
+        alt_tau.append(sum(spec_steps) / len(spec_steps))
+        spec_only_tau.append(always.stats.mean_accepted_length)
+    assert sum(alt_tau) / 2 > 0.8 * sum(spec_only_tau) / 2  # a stale draft cache would collapse this
+
+
+def test_a_useless_draft_runs_mostly_plain_steps():
+    from runtime_helpers import tiny_decoder
+
+    eagle = tiny_decoder("chain:4")
+    plain = eagle.with_tree("chain:1", speculative=False)
+    backoff = eagle.with_backoff(Backoff(first_probe=3, probe_steps=2, interval=8, max_interval=64))
+    ids = list(range(1, 7))
+    torch.manual_seed(0)
+    result = backoff.generate_all(ids, 56)
+    assert result.token_ids == plain.generate_all(ids, 56).token_ids
+    if result.stats.mean_accepted_length < 1.5:  # the random draft did not help: plain steps won
+        assert result.stats.num_plain_steps > result.stats.steps // 2
