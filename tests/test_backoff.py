@@ -13,39 +13,43 @@ import torch
 from eagle_trt.runtime.backoff import Backoff
 
 
-def drive(state, spec_rate: float, plain_rate: float, steps: int) -> list[bool]:
+def drive(state, tau: float, spec_s: float, plain_s: float, steps: int) -> list[bool]:
+    """Run `steps` steps: a speculative one commits `tau` tokens in `spec_s`, a plain one 1 token in `plain_s`."""
     modes = []
     for _ in range(steps):
         spec = state.speculate()
         modes.append(spec)
-        state.record(spec, 10, 10 / (spec_rate if spec else plain_rate))
+        state.record(spec, tau if spec else 1, spec_s if spec else plain_s)
     return modes
 
 
-def test_keeps_speculating_while_it_pays_and_probes_less_and_less():
-    state = Backoff(first_probe=6, probe_steps=2, interval=16, max_interval=64).start()
-    modes = drive(state, spec_rate=150.0, plain_rate=100.0, steps=200)
-    assert modes[:6] == [True] * 6 and modes[6:8] == [False, False]  # the first probe
-    assert state.chosen_spec and state.switches == 0
-    plain_at = [i for i, m in enumerate(modes) if not m]
-    gaps = [b - a for a, b in zip(plain_at[::2], plain_at[2::2])]
-    assert gaps == sorted(gaps) and gaps[-1] == 64 + 2  # doubling intervals, capped
-    assert modes.count(False) < 0.1 * len(modes)
+def test_keeps_speculating_while_it_pays_and_later_requests_skip_the_plain_probe():
+    from eagle_trt.runtime.backoff import StepTimes
+
+    cfg, times = Backoff(first_probe=6, probe_steps=2, interval=16, max_interval=64), StepTimes()
+    state = cfg.start(times)
+    modes = drive(state, tau=3.0, spec_s=0.02, plain_s=0.01, steps=200)  # 150 vs 100 tok/s
+    assert modes[:6] == [True] * 6 and modes[6:8] == [False, False]  # the decoder's first plain timing
+    assert modes[8:] == [True] * 192 and state.switches == 0
+    assert drive(cfg.start(times), tau=3.0, spec_s=0.02, plain_s=0.01, steps=100) == [True] * 100  # times known
 
 
 def test_backs_off_to_plain_and_returns_when_speculation_pays_again():
     state = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32).start()
-    drive(state, spec_rate=80.0, plain_rate=100.0, steps=60)
+    modes = drive(state, tau=1.6, spec_s=0.02, plain_s=0.01, steps=100)  # 80 vs 100 tok/s
     assert not state.chosen_spec and state.switches == 1
-    assert state.plain_steps > 45
-    drive(state, spec_rate=200.0, plain_rate=100.0, steps=80)  # acceptance came back
+    assert modes.count(False) > 85
+    spec_at = [i for i, m in enumerate(modes) if m and i > 6]
+    gaps = [b - a for a, b in zip(spec_at[::2], spec_at[2::2])]
+    assert gaps == sorted(gaps) and gaps[0] < gaps[-1]  # speculation re-measured at doubling intervals
+    drive(state, tau=4.0, spec_s=0.02, plain_s=0.01, steps=80)  # acceptance came back: 200 tok/s
     assert state.chosen_spec and state.switches == 2
 
 
 class Alternate:
     """A test policy: speculative and plain steps in turn (the draft catches up every other step)."""
 
-    def start(self):
+    def start(self, times=None):
         return self
 
     def __init__(self):

@@ -8,9 +8,15 @@ decode step, on int8 about 1.1x). The committed-tokens-per-second of each mode f
 decides on any engine. Output is unchanged by construction: a plain step is the same verify with a one-node tree,
 and the draft catches up on the skipped positions (one draft call over them) when speculation resumes.
 
-Schedule: speculate first; after `first_probe` steps run `probe_steps` plain steps; keep the faster mode; probe
-the other every `interval` steps, doubling the interval (up to `max_interval`) each time a probe confirms the
-choice. Rates are exponential moving averages of tokens and seconds (weight `alpha` per step).
+What is measured where: the seconds a speculative step and a plain step take are properties of the engine, the
+tree and the machine, so they are averaged over every request of a decoder (`StepTimes`, shared); the tokens a
+speculative step commits (its accepted length) belong to the request. A request's speculative rate is its own
+accepted length over the shared speculative step time, the plain rate one token over the shared plain step time.
+
+Schedule: speculate first; after `first_probe` steps decide (the first request of a decoder measures plain steps
+first: `probe_steps` of them); while plain wins, run plain steps and re-measure speculation with `probe_steps`
+speculative steps every `interval` steps, the interval doubling (up to `max_interval`) each time a probe confirms
+plain. Averages are exponential (weight `alpha` per step).
 
 TensorRT-LLM's LLM API has a coarser cousin (`acceptance_rate_window_size` / `acceptance_rate_threshold`, 1.3.0rc27
 on): the mean acceptance over a window of iterations below a threshold turns speculation off for good, for the whole
@@ -24,28 +30,38 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Backoff:
-    first_probe: int = 6  # speculative steps before the first plain probe
+    first_probe: int = 6  # speculative steps before the first decision
     probe_steps: int = 2  # steps of the other mode per probe
-    interval: int = 16  # steps of the chosen mode between probes (after a switch)
-    max_interval: int = 128  # the interval doubles up to this while probes confirm the choice
+    interval: int = 16  # plain steps between speculative probes (after a switch)
+    max_interval: int = 128  # the interval doubles up to this while probes confirm plain
     alpha: float = 0.25  # weight of a new step in the moving averages
 
-    def start(self) -> BackoffState:
-        return BackoffState(self)
+    def start(self, times: StepTimes | None = None) -> BackoffState:
+        return BackoffState(self, times if times is not None else StepTimes(self.alpha))
+
+
+class StepTimes:
+    """Seconds per speculative and per plain step, averaged over the requests of one decoder."""
+
+    def __init__(self, alpha: float = 0.25):
+        self.alpha = alpha
+        self.seconds: dict[bool, float | None] = {True: None, False: None}  # True: speculative
+
+    def record(self, spec: bool, seconds: float) -> None:
+        old = self.seconds[spec]
+        self.seconds[spec] = seconds if old is None else self.alpha * seconds + (1 - self.alpha) * old
 
 
 class BackoffState:
     """One request's choice between speculative and plain steps."""
 
-    def __init__(self, cfg: Backoff):
-        self.cfg = cfg
+    def __init__(self, cfg: Backoff, times: StepTimes):
+        self.cfg, self.times = cfg, times
         self.chosen_spec = True
         self.interval = cfg.first_probe
         self.since_probe = 0
         self.probe_left = 0
-        self.tokens = {True: 0.0, False: 0.0}  # moving averages per mode (True: speculative)
-        self.seconds = {True: 0.0, False: 0.0}
-        self.measured = {True: False, False: False}
+        self.accepted: float | None = None  # this request's tokens per speculative step (moving average)
         self.switches = 0
         self.plain_steps = 0
 
@@ -54,14 +70,17 @@ class BackoffState:
         return self.chosen_spec != (self.probe_left > 0)
 
     def rate(self, spec: bool) -> float | None:
-        return self.tokens[spec] / self.seconds[spec] if self.measured[spec] and self.seconds[spec] > 0 else None
+        """Committed tokens per second of a step of this kind for this request (None: not measured yet)."""
+        seconds = self.times.seconds[spec]
+        tokens = self.accepted if spec else 1.0
+        return None if seconds is None or tokens is None or seconds <= 0 else tokens / seconds
 
     def record(self, spec: bool, tokens: int, seconds: float) -> None:
         """A step ran in mode `spec`, committed `tokens` in `seconds`."""
-        a = self.cfg.alpha if self.measured[spec] else 1.0
-        self.tokens[spec] = a * tokens + (1 - a) * self.tokens[spec]
-        self.seconds[spec] = a * seconds + (1 - a) * self.seconds[spec]
-        self.measured[spec] = True
+        self.times.record(spec, seconds)
+        if spec:
+            a = self.cfg.alpha if self.accepted is not None else 1.0
+            self.accepted = a * tokens + (1 - a) * (self.accepted or 0.0)
         self.plain_steps += not spec
         if self.probe_left > 0 and spec != self.chosen_spec:
             self.probe_left -= 1
@@ -70,7 +89,13 @@ class BackoffState:
             return
         self.since_probe += 1
         if self.since_probe >= self.interval:
-            self.probe_left, self.since_probe = self.cfg.probe_steps, 0
+            self.since_probe = 0
+            if self.rate(False) is None:  # no plain step timed on this decoder yet: measure some
+                self.probe_left = self.cfg.probe_steps
+            elif self.chosen_spec:
+                self._decide()
+            else:
+                self.probe_left = self.cfg.probe_steps
 
     def _decide(self) -> None:
         spec, plain = self.rate(True), self.rate(False)

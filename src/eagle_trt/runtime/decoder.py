@@ -22,13 +22,14 @@ import torch
 from eagle_trt import request_rules as rules
 from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.runtime.backoff import Backoff
+from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
 from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
                                       torch_dtype)
 from eagle_trt.runtime.model import BaseCall
+from eagle_trt.runtime.native import BLOCK_TYPES
 from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
@@ -169,6 +170,7 @@ class EagleDecoder:
         self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
+        self.step_times: StepTimes | None = None  # the backoff's step times, shared by this decoder's requests
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
         base_len, draft_len = self.cache_lengths(max_seq_len, tree.max_draft_tokens)
@@ -214,7 +216,9 @@ class EagleDecoder:
         tree_cfg = resolve(tree)
         max_seq_len = max_seq_len or min(base_spec.max_position_embeddings, 4096)
         dt = torch_dtype(dtype)
-        base = load_base(base_spec, dt, device)
+        blocks = stored_blocks(base_spec) if dtype == "native" else None  # read as stored, not dequantized
+        kept = frozenset(n for n, (kind, _) in (blocks or {}).items() if kind in BLOCK_TYPES and ".layers." in n)
+        base = load_base(base_spec, dt, device, kept)
         draft = load_draft(draft_spec, base_spec, base, dt, device) if draft_spec is not None else None
         vocab_ids = None
         if draft is not None and draft.format == "eagle1":
@@ -222,7 +226,7 @@ class EagleDecoder:
         elif draft is not None and draft_vocab:
             raise EagleTrtError(f"--draft-vocab {draft_vocab} applies to EAGLE-1/2 drafts only",
                                 "EAGLE-3 drafts carry their own vocabulary; drop --draft-vocab")
-        prepare(base, draft, dtype, vocab_ids, stored_blocks(base_spec) if dtype == "native" else None)
+        prepare(base, draft, dtype, vocab_ids, blocks)
         decoder = cls(base, draft, base_spec, tree_cfg, device, max_seq_len)
         decoder.precision = dtype
         return decoder
@@ -241,6 +245,7 @@ class EagleDecoder:
         commit more tokens per second (runtime.backoff); None: always speculate."""
         decoder = self.with_tree(self.tree)
         decoder.backoff = backoff
+        decoder.step_times = StepTimes(getattr(backoff, "alpha", Backoff.alpha))
         return decoder
 
     def with_draft(self, draft) -> EagleDecoder:
@@ -307,7 +312,7 @@ class EagleDecoder:
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
-        policy = self.backoff.start() if self.backoff is not None and self.draft is not None else None
+        policy = self.backoff.start(self.step_times) if self.backoff is not None and self.draft is not None else None
         while True:
             step, reason, retract = stops.cut(out_tokens, committed, max_new_tokens)
             out_tokens = out_tokens[:len(out_tokens) - retract] + step

@@ -85,14 +85,16 @@ def stored_blocks(spec: ModelSpec) -> dict:
         return {name: blocks for name in reader.names() if (blocks := reader.stored_blocks(name)) is not None}
 
 
-def load_base(spec: ModelSpec, dtype: torch.dtype, device: str) -> Llama:
+def load_base(spec: ModelSpec, dtype: torch.dtype, device: str, skip: frozenset[str] = frozenset()) -> Llama:
+    """The runtime Llama with the base's weights; `skip`: HF names left unread (their memory allocated but never
+    touched, so not resident): the layer weights precision native reads as stored blocks instead."""
     args = LlamaArgs.from_spec(spec)
     with torch.device("meta"):
         model = Llama(args)
     model = model.to_empty(device=device).to(dtype)
-    names = model.hf_name_map()
+    names = {ours: theirs for ours, theirs in model.hf_name_map().items() if theirs not in skip}
     if args.tie_word_embeddings:
-        names.pop("lm_head.weight")
+        names.pop("lm_head.weight", None)
     with open_base_weights(spec) as reader:
         if not args.tie_word_embeddings and "lm_head.weight" not in reader:
             names["lm_head.weight"] = "model.embed_tokens.weight"  # some tied checkpoints omit the flag
