@@ -1,10 +1,9 @@
 """Speculation that never costs: per request, run whichever of speculative steps (draft + tree verify) and plain
-steps (the root alone, no draft) commits more tokens per second, measured on this request as it runs, and measure
-the other again now and then.
+steps (the root alone, no draft) commits more tokens per second, and measure speculation again now and then.
 
 Why measured rates and not acceptance alone: whether a tree pays depends on acceptance *and* on what a verify step
-costs against a decode step on this engine and machine (on the native CPU forward a 4-token verify costs 1.5x a
-decode step, on int8 about 1.1x). The committed-tokens-per-second of each mode folds both in, and the same number
+costs against a decode step on this engine and machine (on the native CPU forward a 4-token verify costs 1.35x a
+decode step). The committed-tokens-per-second of each mode folds both in, and the same number
 decides on any engine. Output is unchanged by construction: a plain step is the same verify with a one-node tree,
 and the draft catches up on the skipped positions (one draft call over them) when speculation resumes.
 
