@@ -65,6 +65,10 @@ class Alternate:
 
 @pytest.fixture(scope="module")
 def native_demo():
+    from eagle_trt.kernels.cpu_build import cpu_supports_native
+
+    if cpu_supports_native() is not None:
+        pytest.skip(f"the native forward cannot run here: {cpu_supports_native()}")
     from transformers import AutoTokenizer
 
     from eagle_trt.demo_model import materialize_demo_gguf_base, shipped_draft_dir

@@ -21,6 +21,11 @@ from hf_builders import hf_logits, make_hf_base
 
 gguf = pytest.importorskip("gguf")
 
+from eagle_trt.kernels.cpu_build import cpu_supports_native  # noqa: E402
+
+pytestmark = pytest.mark.skipif(cpu_supports_native() is not None,
+                                reason=f"the native forward cannot run here: {cpu_supports_native()}")
+
 
 @pytest.fixture(scope="module")
 def lib():
