@@ -60,30 +60,6 @@ typedef struct {
 
 static inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 
-/* Rows t0..t0+NT-1 of y = x W^T for output o, W float32. Each row: 2 accumulators (weights 0-15 and 16-31 of each
- * block, blocks in order), one fixed reduction; the same arithmetic for NT = 1..TILE, so a row's sum does not depend
- * on its neighbours. */
-static inline __attribute__((always_inline)) void dot_rows_f32(const Linear *L, int o, const float *x, int ldx,
-                                                               float *y, int ldy, const int NT) {
-    __m512 acc[TILE][2];
-    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-    const int nb = L->cols / QK;
-    const float *w = (const float *)L->data + (size_t)o * L->cols;
-    for (size_t off = 0; off < (size_t)L->cols * 4 && o + PREFETCH_ROWS < L->rows; off += 64)
-        _mm_prefetch((const char *)(w + (size_t)PREFETCH_ROWS * L->cols) + off, _MM_HINT_T0);
-    for (int b = 0; b < nb; b++) {
-        const __m512 w0 = _mm512_loadu_ps(w + b * QK), w1 = _mm512_loadu_ps(w + b * QK + 16);
-        for (int r = 0; r < NT; r++) {
-            const float *xr = x + (size_t)r * ldx + b * QK;
-            acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), acc[r][1]);
-        }
-    }
-    const float bias = L->bias ? L->bias[o] : 0.0f;
-    for (int r = 0; r < NT; r++)
-        y[(size_t)r * ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + bias;
-}
-
 /* The block's 32 quantized values as float32 (weights 0-15, 16-31) and its scale d and offset m:
  * w = q*d + m (Q4_1), (q-8)*d = q*d + (-8d) (Q4_0), q*d (Q8_0, m = 0). */
 static inline __attribute__((always_inline)) void block_values(const void *data, int type, size_t i, __m512 *q0,
@@ -109,23 +85,39 @@ static inline __attribute__((always_inline)) void block_values(const void *data,
     }
 }
 
-/* The same for block weights: each block is dequantized once for the NT rows, then summed like float32 rows. The
- * prefetch reads the weight row PREFETCH_ROWS ahead (a one-row step is bound by memory: it doubles the speed). */
-static inline __attribute__((always_inline)) void dot_rows_blocks(const Linear *L, int o, const float *x, int ldx,
-                                                                  float *y, int ldy, const int NT, const int type) {
+/* Block i (32 weights: 0-15, 16-31) as float32 w0, w1, dequantized as the reference does it: q*d + m with two
+ * roundings, m = 0 for Q8_0 and -8d for Q4_0 (exact); float32 rows are read as they are. */
+static inline __attribute__((always_inline)) void block_weights(const void *data, int type, size_t i, __m512 *w0,
+                                                                __m512 *w1) {
+    if (type == W_F32) {
+        *w0 = _mm512_loadu_ps((const float *)data + i * QK);
+        *w1 = _mm512_loadu_ps((const float *)data + i * QK + 16);
+        return;
+    }
+    __m512 q0, q1;
+    float d, m;
+    block_values(data, type, i, &q0, &q1, &d, &m);
+    const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
+    *w0 = _mm512_add_ps(_mm512_mul_ps(q0, dv), mv);
+    *w1 = _mm512_add_ps(_mm512_mul_ps(q1, dv), mv);
+}
+
+/* Rows t0..t0+NT-1 of y = x W^T for output o. Each block is dequantized once for the NT rows; each row sums into 2
+ * accumulators (weights 0-15 and 16-31 of each block, blocks in order), then one fixed reduction: the same arithmetic
+ * for NT = 1..TILE, so a row's sum does not depend on its neighbours. The weight row PREFETCH_ROWS ahead is fetched
+ * (a one-row step is bound by memory: it doubles the speed). */
+static inline __attribute__((always_inline)) void dot_rows(const Linear *L, int o, const float *x, int ldx, float *y,
+                                                           int ldy, const int NT, const int type) {
     __m512 acc[TILE][2];
     for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     const int nb = L->cols / QK;
-    const size_t row_bytes = (size_t)nb * (type == W_Q8_0 ? sizeof(block_q8_0) : type == W_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q4_0));
+    const size_t row_bytes = (size_t)nb * (type == W_F32 ? QK * sizeof(float) : type == W_Q8_0 ? sizeof(block_q8_0)
+                                           : type == W_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q4_0));
     const char *ahead = (const char *)L->data + (size_t)(o + PREFETCH_ROWS) * row_bytes;
     for (size_t off = 0; off < row_bytes && o + PREFETCH_ROWS < L->rows; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     for (int b = 0; b < nb; b++) {
-        __m512 q0, q1;
-        float d, m;
-        block_values(L->data, type, (size_t)o * nb + b, &q0, &q1, &d, &m);
-        const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
-        /* the dequantized weights as the reference holds them: q*d + m, two roundings */
-        const __m512 w0 = _mm512_add_ps(_mm512_mul_ps(q0, dv), mv), w1 = _mm512_add_ps(_mm512_mul_ps(q1, dv), mv);
+        __m512 w0, w1;
+        block_weights(L->data, type, (size_t)o * nb + b, &w0, &w1);
         for (int r = 0; r < NT; r++) {
             const float *xr = x + (size_t)r * ldx + b * QK;
             acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r][0]);
@@ -159,10 +151,10 @@ static void linear(const Linear *L, int T, const float *x, float *y) {
         float *yc = y + (size_t)c0 * L->rows;
 #define XT (xc + (size_t)t * L->cols)
 #define YT (yc + (size_t)t * L->rows)
-#define F32(n) dot_rows_f32(L, o, XT, L->cols, YT, L->rows, n)
-#define Q41(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q4_1)
-#define Q40(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q4_0)
-#define Q80(n) dot_rows_blocks(L, o, XT, L->cols, YT, L->rows, n, W_Q8_0)
+#define F32(n) dot_rows(L, o, XT, L->cols, YT, L->rows, n, W_F32)
+#define Q41(n) dot_rows(L, o, XT, L->cols, YT, L->rows, n, W_Q4_1)
+#define Q40(n) dot_rows(L, o, XT, L->cols, YT, L->rows, n, W_Q4_0)
+#define Q80(n) dot_rows(L, o, XT, L->cols, YT, L->rows, n, W_Q8_0)
         switch (L->type) {
             case W_F32:
 #pragma omp parallel for schedule(static)
@@ -227,7 +219,6 @@ static void rope(float *x, const float *cos, const float *sin, int T, int nh, in
  * mask shows), softmax and the weighted sum of values in float32, one fixed order. */
 static void attend_row(const float *q, const float *kc, const float *vc, int D, int start, int rows, int row,
                        const uint8_t *mask, float scale, float *scores, float *out) {
-    int n = 0;
     float mx = -INFINITY;
     const int visible = start + rows;
     for (int j = 0; j < visible; j++) {
@@ -236,7 +227,6 @@ static void attend_row(const float *q, const float *kc, const float *vc, int D, 
         const float s = dot16(q, kc + (size_t)j * D, D) * scale;
         scores[j] = s;
         mx = s > mx ? s : mx;
-        n++;
     }
     float sum = 0.0f;
     __m512 acc[8];  /* head_dim <= 128 */
@@ -250,7 +240,6 @@ static void attend_row(const float *q, const float *kc, const float *vc, int D, 
     }
     const __m512 inv = _mm512_set1_ps(1.0f / sum);
     for (int i = 0; i < D / 16; i++) _mm512_storeu_ps(out + i * 16, _mm512_mul_ps(acc[i], inv));
-    (void)n;
 }
 
 /* Rows [T] of several sequences (segments, back to back) through the model. x [T][hidden] holds the embeddings and

@@ -123,7 +123,7 @@ class NativeForward:
         x = model.embed_tokens(ids).float().contiguous()  # [T, H], the residual stream
         cos, sin = (c.reshape(t, a.head_dim).float().contiguous() for c in model.rope(positions))  # [T, D] each
         segs = (CSegment * len(calls))()
-        masks = []
+        masks = []  # the mask tensors the C call reads: alive until it returns
         max_len = 0
         for i, c in enumerate(calls):
             cache = c.cache or model.cache
