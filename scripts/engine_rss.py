@@ -1,5 +1,5 @@
 """Peak resident memory of the PyTorch engine as a served model holds it: in this (fresh) process, load the demo
-base and the shipped EAGLE-1 draft at --dtype (native reads the base's GGUF blocks; the others its float32 HF
+base and the shipped EAGLE-1 draft at --dtype (native and native-q8 read the base's GGUF blocks; the others its float32 HF
 copy), run one MT-bench prompt, and print the RSS after loading, the peak RSS (ru_maxrss, load included) and the
 tokens generated, as one JSON line.
 
@@ -34,9 +34,10 @@ def main() -> None:
     from eagle_trt.datasets import encode_prompt, mtbench_prompts
     from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
     from eagle_trt.runtime import EagleDecoder
+    from eagle_trt.spec import NATIVE_PRECISIONS
 
     torch.set_num_threads(2)
-    base = materialize_demo_gguf_base() if args.dtype == "native" else materialize_demo_base()
+    base = materialize_demo_gguf_base() if args.dtype in NATIVE_PRECISIONS else materialize_demo_base()
     decoder = EagleDecoder.load(base, shipped_draft_dir("eagle1"), tree=args.tree, dtype=args.dtype)
     loaded = rss_mib()
     ids = encode_prompt(AutoTokenizer.from_pretrained(base), mtbench_prompts()[0].text, True)

@@ -20,6 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 from eagle_trt.datasets import encode_prompt, mtbench_prompts
 from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
 from eagle_trt.runtime import EagleDecoder
+from eagle_trt.spec import NATIVE_PRECISIONS
 
 ROWS = 25  # ops listed per step kind
 
@@ -57,7 +58,7 @@ def main() -> None:
     ap.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    base = materialize_demo_gguf_base() if args.dtype == "native" else materialize_demo_base()  # native: Q4_1 as stored
+    base = materialize_demo_gguf_base() if args.dtype in NATIVE_PRECISIONS else materialize_demo_base()  # native: Q4_1 as stored
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(base)

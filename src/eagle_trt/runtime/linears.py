@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.spec import PRECISIONS
+from eagle_trt.spec import CPU_PRECISIONS, NATIVE_PRECISIONS, PRECISIONS
 
 INT8_MAX = 127.0
 log = logging.getLogger(__name__)
@@ -229,13 +229,13 @@ def quantize_int8(module: nn.Module, cache: dict[int, Int8Linear] | None = None)
 def check_precision(precision: str, device: str) -> None:
     if precision not in PRECISIONS:
         raise EagleTrtError(f"unsupported dtype {precision!r}", f"choose one of {', '.join(PRECISIONS)}")
-    if precision in ("int8", "native") and not device.startswith("cpu"):
+    if precision in CPU_PRECISIONS and not device.startswith("cpu"):
         raise EagleTrtError(f"dtype {precision} runs on the CPU only, got device {device!r}",
                             "use --dtype bfloat16 on a GPU, or --device cpu")
-    if precision == "native":
+    if precision in NATIVE_PRECISIONS:
         from eagle_trt.kernels.cpu_build import NATIVE_HINT, cpu_supports_native
 
-        reason = cpu_supports_native()
+        reason = cpu_supports_native(q8=precision == "native-q8")
         if reason:
             raise EagleTrtError(f"dtype native cannot run here: {reason}", NATIVE_HINT)
 
@@ -247,10 +247,10 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
     (a batch-invariant base where every packed shape proves it, see `rows_are_independent`) and quantize the draft
     to int8. Int8 linears run on oneDNN where it is faster for their shape and gives the same sums. native: the
     base runs runtime.native's fused C forward on `native_blocks` (runtime.loading.stored_blocks), the draft int8."""
-    if precision == "native":
+    if precision in NATIVE_PRECISIONS:
         from eagle_trt.runtime.native import attach_native
 
-        attach_native(base, native_blocks or {})
+        attach_native(base, native_blocks or {}, q8_activations=precision == "native-q8")
     fuse_projections(base)
     if draft is not None:
         fuse_projections(draft)
@@ -259,7 +259,7 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
         cache = quantize_int8(base)
         if draft is not None:
             quantize_int8(draft, cache)
-    elif precision == "native" and draft is not None:
+    elif precision in NATIVE_PRECISIONS and draft is not None:
         quantize_int8(draft)
     if draft is not None and draft_vocab is not None:
         truncate_draft_vocab(draft, draft_vocab)

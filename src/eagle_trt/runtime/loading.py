@@ -14,7 +14,7 @@ from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, Problem
 # the torch dtype each engine precision (spec.PRECISIONS) loads its weights as; int8: loaded in fp32, then quantized
 # by runtime.linears.prepare
 LOAD_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int8": torch.float32,
-               "native": torch.float32}
+               "native": torch.float32, "native-q8": torch.float32}
 assert tuple(LOAD_DTYPES) == PRECISIONS
 DRAFT_VOCAB_FILE = "draft_vocab.json"  # {"token_ids": [...most frequent first], "source": "..."}
 

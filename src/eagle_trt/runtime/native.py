@@ -25,6 +25,7 @@ from eagle_trt.kernels.cpu_build import NATIVE_HINT, load_cpu_forward
 # GGUF block types the kernel reads as they are stored (cpu_forward.c's W_*); float32 rows are type 0
 BLOCK_TYPES = {"Q4_0": 1, "Q4_1": 2, "Q8_0": 3}
 W_F32 = 0
+W_X4, W_X8 = 4, 5  # native-q8's repacked 4-bit and 8-bit units (cpu_linear_q8.h)
 QK = 32  # weights per block
 
 
@@ -71,8 +72,9 @@ def native_refusal(args) -> str | None:
 class NativeForward:
     """The C model: ctypes structs pointing at tensors (blocks or float32 rows) this object keeps alive."""
 
-    def __init__(self, model, blocks: dict[str, tuple[str, np.ndarray]]):
+    def __init__(self, model, blocks: dict[str, tuple[str, np.ndarray]], q8_activations: bool = False):
         self.lib = load_cpu_forward()
+        self.q8_activations = q8_activations
         self.keep: list = []  # every buffer a C pointer refers to
         a = model.args
         self.layers = (CLayer * a.num_hidden_layers)()
@@ -98,9 +100,25 @@ class NativeForward:
         bias = None if module.bias is None else self._floats(module.bias)
         if stored is not None and stored[0] in BLOCK_TYPES:
             data = np.ascontiguousarray(stored[1])  # [rows, cols / 32 blocks] as bytes
+            linear = CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
+            if self.q8_activations and (repacked := self._repack(linear)) is not None:
+                return repacked
             self.keep.append(data)
-            return CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
+            return linear
         return CLinear(W_F32, rows, cols, self._floats(module.weight), bias)
+
+    def _repack(self, linear: CLinear) -> CLinear | None:
+        """The block linear repacked for 8-bit activations (cpu_linear_q8.h: 16 output rows per 64-byte vector),
+        or None where the kernel cannot take it (rows not a multiple of 16): it then runs on float32 activations."""
+        size = self.lib.ef_repacked_bytes(linear.type, linear.rows, linear.cols)
+        if size <= 0:
+            return None
+        data = np.empty(size, np.uint8)  # [units of 16 rows x 32 inputs]
+        kind = self.lib.ef_repack(ctypes.byref(linear), ctypes.c_void_p(data.ctypes.data))
+        if kind < 0:
+            return None
+        self.keep.append(data)
+        return CLinear(kind, linear.rows, linear.cols, data.ctypes.data, linear.bias)
 
     def _call(self, t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch) -> int:
         return self.lib.ef_forward(ctypes.byref(self.model), t, ctypes.c_void_p(x.data_ptr()),
@@ -167,14 +185,15 @@ class NativeForward:
         return out
 
 
-def attach_native(model, blocks: dict[str, tuple[str, np.ndarray]]) -> NativeForward:
+def attach_native(model, blocks: dict[str, tuple[str, np.ndarray]], q8_activations: bool = False) -> NativeForward:
     """Run `model` (a loaded runtime Llama, unfused) through the native forward; `blocks`: HF weight name ->
-    (GGUF type name, raw block rows [rows, bytes]) for weights the checkpoint stores as blocks. The layers' torch
+    (GGUF type name, raw block rows [rows, bytes]) for weights the checkpoint stores as blocks; `q8_activations`
+    (precision native-q8): block linears take 8-bit activations (float32 rows keep float32). The layers' torch
     weights are dropped (the C side holds what it reads); embeddings, norms, rope and lm_head stay for the draft."""
     reason = native_refusal(model.args)
     if reason:
         raise EagleTrtError(f"the native CPU forward does not run models with {reason}", NATIVE_HINT)
-    native = NativeForward(model, blocks)
+    native = NativeForward(model, blocks, q8_activations)
     model.native = native
     model.batch_invariant = True
     model.layers = torch.nn.ModuleList()  # the C side holds its own copy of what it reads

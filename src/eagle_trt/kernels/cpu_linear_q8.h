@@ -1,0 +1,163 @@
+/* Block linears with 8-bit activations (the `native-q8` precision): the weights' integer values times the
+ * activations quantized per 32-block as llama.cpp quantizes them (Q8: d = max|x| / 127, q = round(x / d)), summed in
+ * int32 by AVX-512 VNNI (vpdpbusd: unsigned weight bytes x signed activation bytes), then scaled in float32.
+ *
+ * Weights are repacked once at load (ef_repack) so that one 64-byte vector holds 16 output rows x 4 inputs: a
+ * vpdpbusd then gives 16 outputs' partial sums, lane r = output row r, and the block scales apply per lane with no
+ * horizontal sums. A unit is 16 rows x 32 inputs (one block of each row):
+ *   X4 (Q4_0, Q4_1): d[16] fp16, m[16] fp16, 4 x 64 bytes; byte 4r+i of vector v holds row r's input 4v+i in its
+ *                    low nibble and input 16+4v+i in its high nibble (values 0..15)     -- 320 bytes, the file's 0.625 B
+ *   X8 (Q8_0):       d[16] fp16, m[16] fp16, 8 x 64 bytes; byte 4r+i of vector j holds row r's input 4j+i + 128
+ * with w = u*d + m: Q4_1 as stored; Q4_0 m = -8d; Q8_0 m = -128d (exact in fp16; ef_repack checks).
+ *
+ * A row's output o is  sum over blocks b in order of  float(sum_k u_k q_k) * (d_b * dx_b) + m_b * (dx_b * sum_k q_k):
+ * integer sums are exact and every float operation runs in the same order for every row, whatever rows run beside
+ * it, so rows stay independent (EAGLE = plain decoding on this precision) exactly as on the float32-activation path.
+ */
+#ifdef __AVX512VNNI__
+#define HAVE_Q8 1
+#else
+#define HAVE_Q8 0
+#endif
+
+enum { W_X4 = 4, W_X8 = 5 };
+#define GROUP 16 /* output rows per repacked unit */
+
+static inline size_t unit_bytes(int type) { return type == W_X4 ? 64 + 4 * 64 : 64 + 8 * 64; }
+
+/* Bytes ef_repack writes for a rows x cols linear stored as `type` (Q4_0 / Q4_1 / Q8_0), or 0 if it cannot. */
+long ef_repacked_bytes(int type, int rows, int cols) {
+    if (!HAVE_Q8 || rows % GROUP || cols % QK || !(type == W_Q4_0 || type == W_Q4_1 || type == W_Q8_0)) return 0;
+    return (long)(rows / GROUP) * (cols / QK) * (long)unit_bytes(type == W_Q8_0 ? W_X8 : W_X4);
+}
+
+/* Row i's block as unsigned values u[32] (inputs in order) with w = u*d + m; d16 the stored fp16 scale. */
+static void block_unsigned(const Linear *src, size_t i, uint8_t *u, uint16_t *d16, float *m) {
+    if (src->type == W_Q8_0) {
+        const block_q8_0 *blk = (const block_q8_0 *)src->data + i;
+        for (int k = 0; k < QK; k++) u[k] = (uint8_t)(blk->qs[k] + 128);
+        *d16 = blk->d, *m = -128.0f * fp16(blk->d);
+        return;
+    }
+    const block_q4_1 *b1 = (const block_q4_1 *)src->data + i;
+    const block_q4_0 *b0 = (const block_q4_0 *)src->data + i;
+    const uint8_t *q = src->type == W_Q4_1 ? b1->qs : b0->qs;
+    for (int k = 0; k < 16; k++) u[k] = q[k] & 0x0F, u[k + 16] = q[k] >> 4;
+    *d16 = src->type == W_Q4_1 ? b1->d : b0->d;
+    *m = src->type == W_Q4_1 ? fp16(b1->m) : -8.0f * fp16(b0->d);
+}
+
+/* Repack a block linear (src->data as the file stores it) into dst (ef_repacked_bytes); returns the new type, or
+ * -1 where an offset m is not exact in fp16. */
+int ef_repack(const Linear *src, uint8_t *dst) {
+    const int nb = src->cols / QK, out = src->type == W_Q8_0 ? W_X8 : W_X4;
+    const size_t ub = unit_bytes(out);
+    for (int g = 0; g < src->rows / GROUP; g++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *unit = dst + ((size_t)g * nb + b) * ub, *qs = unit + 64;
+            uint16_t *d16 = (uint16_t *)unit, *m16 = d16 + GROUP;
+            for (int r = 0; r < GROUP; r++) {
+                uint8_t u[QK];
+                float m;
+                block_unsigned(src, (size_t)(g * GROUP + r) * nb + b, u, &d16[r], &m);
+                m16[r] = _cvtss_sh(m, 0);
+                if (fp16(m16[r]) != m) return -1;
+                for (int k = 0; k < 4; k++)
+                    for (int v = 0; v < (out == W_X4 ? 4 : 8); v++)
+                        qs[v * 64 + 4 * r + k] = out == W_X4 ? (uint8_t)(u[4 * v + k] | (u[16 + 4 * v + k] << 4))
+                                                             : u[4 * v + k];
+            }
+        }
+    return out;
+}
+
+#if HAVE_Q8
+/* Rows x [T][cols] as 8-bit blocks: q [T][cols], dx [T][nb] = max|x|/127, sx [T][nb] = dx * sum(q). */
+static void quantize_rows(const float *x, int T, int cols, int8_t *q, float *dx, float *sx) {
+    const int nb = cols / QK;
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < nb; b++) {
+            const float *xb = x + (size_t)t * cols + b * QK;
+            const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+            const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
+            _mm_storeu_si128((__m128i *)(q + (size_t)t * cols + b * QK), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(q + (size_t)t * cols + b * QK + 16), _mm512_cvtsepi32_epi8(q1));
+            dx[(size_t)t * nb + b] = d;
+            sx[(size_t)t * nb + b] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+        }
+}
+
+/* Outputs g*16 .. g*16+15 of rows t0..t0+NT-1 (q, dx, sx already offset to row t0). Each unit's weights are
+ * unpacked once for the NT rows; every row runs the same arithmetic for NT = 1..TILE. */
+static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, int g, const int8_t *q,
+                                                               const float *dx, const float *sx, float *y, int ldy,
+                                                               const int NT, const int type) {
+    const int nb = L->cols / QK;
+    const size_t ub = unit_bytes(type);
+    const uint8_t *unit = (const uint8_t *)L->data + (size_t)g * nb * ub;
+    __m512 acc[TILE];
+    for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, unit += ub) {
+        _mm_prefetch((const char *)unit + 4 * ub, _MM_HINT_T0);
+        _mm_prefetch((const char *)unit + 4 * ub + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)unit + 4 * ub + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)unit + 4 * ub + 192, _MM_HINT_T0);
+        _mm_prefetch((const char *)unit + 4 * ub + 256, _MM_HINT_T0);
+        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)unit));
+        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 32)));
+        __m512i w[8];
+        if (type == W_X4) {
+            const __m512i lo = _mm512_set1_epi8(0x0F);
+            for (int v = 0; v < 4; v++) {
+                const __m512i raw = _mm512_loadu_si512(unit + 64 + 64 * v);
+                w[v] = _mm512_and_si512(raw, lo);
+                w[v + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo);
+            }
+        } else {
+            for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(unit + 64 + 64 * j);
+        }
+        for (int r = 0; r < NT; r++) {
+            const int32_t *xb = (const int32_t *)(q + (size_t)r * L->cols + b * QK);  /* 8 groups of 4 inputs */
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j += 2) {
+                s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(xb[j]));
+                s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(xb[j + 1]));
+            }
+            const size_t rb = (size_t)r * nb + b;
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                     _mm512_mul_ps(dv, _mm512_set1_ps(dx[rb])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sx[rb]), acc[r]);
+        }
+    }
+    const __m512 bias = L->bias ? _mm512_loadu_ps(L->bias + g * GROUP) : _mm512_setzero_ps();
+    for (int r = 0; r < NT; r++) _mm512_storeu_ps(y + (size_t)r * ldy + g * GROUP, _mm512_add_ps(acc[r], bias));
+}
+
+/* y [T][rows] = x [T][cols] W^T (+ bias) for a repacked linear. */
+static void linear_q8(const Linear *L, int T, const float *x, float *y) {
+    const int nb = L->cols / QK, groups = L->rows / GROUP;
+    int8_t *q = malloc((size_t)T * L->cols + 2 * (size_t)T * nb * sizeof(float));
+    float *dx = (float *)(q + (size_t)T * L->cols), *sx = dx + (size_t)T * nb;
+    quantize_rows(x, T, L->cols, q, dx, sx);
+#define QT(n) dot_group_q8(L, gi, q + (size_t)t * L->cols, dx + (size_t)t * nb, sx + (size_t)t * nb, \
+                           y + (size_t)t * L->rows, L->rows, n, W_X4)
+#define Q8T(n) dot_group_q8(L, gi, q + (size_t)t * L->cols, dx + (size_t)t * nb, sx + (size_t)t * nb, \
+                            y + (size_t)t * L->rows, L->rows, n, W_X8)
+    const int nt = T;
+    if (L->type == W_X4) {
+#pragma omp parallel for schedule(static)
+        for (int gi = 0; gi < groups; gi++) { ROWS_CASES(QT) }
+    } else {
+#pragma omp parallel for schedule(static)
+        for (int gi = 0; gi < groups; gi++) { ROWS_CASES(Q8T) }
+    }
+#undef QT
+#undef Q8T
+    free(q);
+}
+#else
+static void linear_q8(const Linear *L, int T, const float *x, float *y) { (void)L, (void)T, (void)x, (void)y; }
+#endif
