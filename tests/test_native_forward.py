@@ -243,3 +243,36 @@ def test_native_on_a_gpu_is_refused():
 
     with pytest.raises(EagleTrtError, match="native runs on the CPU only"):
         check_precision("native", "cuda:0")
+
+
+def test_native_draft_equals_the_torch_draft(demo):
+    """The EAGLE-1 draft in C (precision native: float32 weights) computes what its torch layer computes, a mask
+    that hides part of the cached prefix (a tree expansion's) included; its head scores the truncated vocabulary."""
+    from eagle_trt.runtime.draft import DraftCall
+
+    tok, native, _ = demo
+    draft = native.draft
+    assert draft.native is not None and draft.native.head.rows == draft.lm_head.weight.shape[0] < 49152
+    ids = torch.tensor(_prompt(tok, 4)[:12])  # [12]
+    feats = torch.randn(12, draft.args.hidden_size) * 3  # [12, H]
+    mask = torch.ones(4, 12, dtype=torch.bool)  # [4, start + 4]: rows 8..11 over slots 0..11
+    mask[:, 5] = False  # a prefix slot hidden from every row
+    mask[1:, 8] = False
+    mask[3, 10] = False
+
+    def run():
+        cache = draft.new_cache(32)
+        first = draft.hidden_packed([DraftCall(ids[:8], feats[:8], torch.arange(8), 0, cache)])[0]  # [8, H]
+        then = draft.hidden_packed([DraftCall(ids[8:], feats[8:], torch.arange(8, 12), 8, cache, mask)])[0]  # [4, H]
+        return torch.cat((first, then)), draft.log_probs(then)
+
+    with torch.inference_mode():
+        ours, ours_lp = run()
+        kept, draft.native = draft.native, None
+        try:
+            ref, ref_lp = run()
+        finally:
+            draft.native = kept
+    assert (ours - ref).abs().max().item() < 1e-3 * ref.abs().max().item()
+    assert (ours_lp - ref_lp).abs().max().item() < 1e-3
+    assert torch.equal(ours_lp.argmax(-1), ref_lp.argmax(-1))

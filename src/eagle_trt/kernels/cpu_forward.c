@@ -41,21 +41,22 @@ typedef struct {
 
 typedef struct {
     Linear q, k, v, o, gate, up, down;
-    const float *input_norm, *post_norm;  /* [hidden] */
+    const float *input_norm, *post_norm;  /* [hidden]; input_norm NULL: none (an EAGLE-1 draft's layer) */
 } Layer;
 
 typedef struct {
     int32_t n_layers, hidden, inter, heads, kv_heads, head_dim, vocab;
     float eps;
     const Layer *layers;
-    const float *final_norm;
+    const float *final_norm;  /* NULL: none (a draft's output is its layer's) */
     Linear lm_head;
 } Model;
 
 typedef struct {
     float *k, *v;          /* the sequence's cache, [n_layers][kv_heads][max_len][head_dim] */
     int32_t max_len, start, rows;
-    const uint8_t *mask;   /* [rows][rows] the block's own keys a row sees (1) or NULL: the one row sees itself */
+    int32_t mask_cols;     /* rows: mask covers the block's keys, the prefix all visible; start + rows: every key */
+    const uint8_t *mask;   /* [rows][mask_cols] the keys a row sees (1), or NULL: the prefix and the row itself */
 } Segment;
 
 static inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
@@ -196,8 +197,12 @@ static inline float dot16(const float *a, const float *b, int n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* out [T][n] = x / rms(x) * weight, per row. */
+/* out [T][n] = x / rms(x) * weight, per row (weight NULL: out = x). */
 static void rms_norm(const float *x, const float *weight, int T, int n, float eps, float *out) {
+    if (!weight) {
+        memcpy(out, x, (size_t)T * n * sizeof(float));
+        return;
+    }
     for (int t = 0; t < T; t++) {
         const float *xr = x + (size_t)t * n;
         float *yr = out + (size_t)t * n;
@@ -250,11 +255,15 @@ static void swiglu(float *g, const float *u, size_t n) {
  * gathered in key order into a compact list, so a key's place in every sum is its rank among the row's visible
  * keys: the same in a verify block as in the plain decode step that would compute this row. Softmax and the
  * weighted sum of values in float32, one fixed order. scores, keys: [start + rows] of scratch. */
-static void attend_row(const float *q, const float *kc, const float *vc, int D, int start, int rows, int row,
-                       const uint8_t *mask, float scale, float *scores, int32_t *keys, float *out) {
+static void attend_row(const float *q, const float *kc, const float *vc, int D, const Segment *S, int row,
+                       float scale, float *scores, int32_t *keys, float *out) {
+    const int start = S->start;
+    const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
     int n = 0;
-    for (int j = 0; j < start + rows; j++) {
-        if (j >= start && (mask ? !mask[(size_t)row * rows + (j - start)] : j - start != row)) continue;
+    for (int j = 0; j < start + S->rows; j++) {
+        const int seen = mrow && S->mask_cols != S->rows ? mrow[j]    /* the mask covers the prefix too */
+                         : j < start ? 1 : mrow ? mrow[j - start] : j - start == row;
+        if (!seen) continue;
         keys[n] = j;
         scores[n++] = dot16(q, kc + (size_t)j * D, D) * scale;
     }
@@ -331,8 +340,8 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
             for (int t = 0; t < S->rows; t++)
                 for (int hh = 0; hh < nh; hh++) {
                     const size_t kv_off = layer_off + (size_t)(hh / group) * S->max_len * D;
-                    attend_row(q + ((size_t)(row0 + t) * nh + hh) * D, S->k + kv_off, S->v + kv_off, D, S->start,
-                               S->rows, t, S->mask, scale, scores + (size_t)omp_get_thread_num() * 2 * max_len,
+                    attend_row(q + ((size_t)(row0 + t) * nh + hh) * D, S->k + kv_off, S->v + kv_off, D, S, t, scale,
+                               scores + (size_t)omp_get_thread_num() * 2 * max_len,
                                (int32_t *)scores + ((size_t)omp_get_thread_num() * 2 + 1) * max_len,
                                att + ((size_t)(row0 + t) * nh + hh) * D);
                 }

@@ -22,6 +22,12 @@
 
 enum { W_X4 = 4, W_X8 = 5 };
 #define GROUP 16 /* output rows per repacked unit */
+#ifndef Q8_AHEAD
+#define Q8_AHEAD 16 /* units prefetched ahead */
+#endif
+#ifndef Q8_HINT
+#define Q8_HINT _MM_HINT_T0
+#endif
 
 static inline size_t unit_bytes(int type) { return type == W_X4 ? 64 + 4 * 64 : 64 + 8 * 64; }
 
@@ -90,6 +96,13 @@ static void quantize_rows(const float *x, int T, int cols, int8_t *q, float *dx,
         }
 }
 
+/* Scale one unit's integer sums into a row's accumulator. */
+#define SCALE_SUMS(acc, isum, rb)                                                                         \
+    do {                                                                                                  \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, _mm512_set1_ps(dx[rb])), acc); \
+        acc = _mm512_fmadd_ps(mv, _mm512_set1_ps(sx[rb]), acc);                                           \
+    } while (0)
+
 /* Outputs g*16 .. g*16+15 of rows t0..t0+NT-1 (q, dx, sx already offset to row t0). Each unit's weights are
  * unpacked once for the NT rows; every row runs the same arithmetic for NT = 1..TILE. */
 static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, int g, const int8_t *q,
@@ -101,11 +114,7 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
     __m512 acc[TILE];
     for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++, unit += ub) {
-        _mm_prefetch((const char *)unit + 4 * ub, _MM_HINT_T0);
-        _mm_prefetch((const char *)unit + 4 * ub + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)unit + 4 * ub + 128, _MM_HINT_T0);
-        _mm_prefetch((const char *)unit + 4 * ub + 192, _MM_HINT_T0);
-        _mm_prefetch((const char *)unit + 4 * ub + 256, _MM_HINT_T0);
+        for (int line = 0; line < (int)ub; line += 64) _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
         const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)unit));
         const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 32)));
         __m512i w[8];
@@ -127,9 +136,7 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
                 s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(xb[j + 1]));
             }
             const size_t rb = (size_t)r * nb + b;
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                     _mm512_mul_ps(dv, _mm512_set1_ps(dx[rb])), acc[r]);
-            acc[r] = _mm512_fmadd_ps(mv, _mm512_set1_ps(sx[rb]), acc[r]);
+            SCALE_SUMS(acc[r], _mm512_add_epi32(s0, s1), rb);
         }
     }
     const __m512 bias = L->bias ? _mm512_loadu_ps(L->bias + g * GROUP) : _mm512_setzero_ps();

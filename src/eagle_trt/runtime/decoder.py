@@ -32,7 +32,7 @@ from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.native import BLOCK_TYPES
 from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
-from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, sampling_probs
+from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, greedy_ids, sampling_probs
 from eagle_trt.spec import NATIVE_PRECISIONS, DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
 
@@ -388,7 +388,7 @@ class EagleDecoder:
     @staticmethod
     def _sample(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:
         if sampling.greedy:
-            return int(logits.argmax().item())
+            return int(greedy_ids(logits).item())
         return int(torch.multinomial(sampling_probs(logits, sampling).cpu(), 1, generator=gen).item())
 
     def _check_request(self, prompt, max_new_tokens, stop_strings, tokenizer) -> None:

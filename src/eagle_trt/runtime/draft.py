@@ -64,6 +64,7 @@ class DraftHead(nn.Module):
     """The interface the engine drafts through."""
 
     format = "?"
+    native = None  # runtime.native.NativeDraft: the layer and head run in C (precisions native, native-q8)
 
     def setup_cache(self, max_len: int) -> None:
         if self.cache is not None and self.cache.max_len >= max_len:
@@ -165,11 +166,14 @@ class Eagle1Draft(DraftHead):
         return hidden
 
     def rows(self, input_ids, features, cos, sin, segments):
+        if self.native is not None:
+            return self.native.rows(input_ids, features, cos, sin, segments)
         x = self.fc(torch.cat((self.embed_tokens(input_ids), features), dim=-1))  # [sum T, H]
         return self.layer.forward_segments(x, cos, sin, segments, 0)
 
     def log_probs(self, out):
-        return F.log_softmax(self.lm_head(out).float(), dim=-1)
+        logits = self.native.logits(out) if self.native is not None else self.lm_head(out)  # [T, V_draft]
+        return F.log_softmax(logits.float(), dim=-1)
 
     def to_base_ids(self, draft_ids):
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]

@@ -246,11 +246,17 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
     EAGLE-1/2 draft's vocabulary to `draft_vocab` [n] base ids; fp32 on the CPU: pack the base's linears for oneDNN
     (a batch-invariant base where every packed shape proves it, see `rows_are_independent`) and quantize the draft
     to int8. Int8 linears run on oneDNN where it is faster for their shape and gives the same sums. native: the
-    base runs runtime.native's fused C forward on `native_blocks` (runtime.loading.stored_blocks), the draft int8."""
+    base runs runtime.native's fused C forward on `native_blocks` (runtime.loading.stored_blocks), so does an EAGLE-1/2
+    draft (an EAGLE-3 draft: int8)."""
     if precision in NATIVE_PRECISIONS:
-        from eagle_trt.runtime.native import attach_native
+        from eagle_trt.runtime.native import attach_native, attach_native_draft
 
         attach_native(base, native_blocks or {}, q8_activations=precision == "native-q8")
+        if draft is not None and draft_vocab is not None:
+            truncate_draft_vocab(draft, draft_vocab)
+            draft_vocab = None
+        if draft is not None and attach_native_draft(draft, q8_activations=precision == "native-q8"):
+            draft = None  # runs in C: nothing below applies to it
     fuse_projections(base)
     if draft is not None:
         fuse_projections(draft)

@@ -48,7 +48,8 @@ class CModel(ctypes.Structure):
 
 class CSegment(ctypes.Structure):
     _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("max_len", ctypes.c_int32),
-                ("start", ctypes.c_int32), ("rows", ctypes.c_int32), ("mask", ctypes.c_void_p)]
+                ("start", ctypes.c_int32), ("rows", ctypes.c_int32), ("mask_cols", ctypes.c_int32),
+                ("mask", ctypes.c_void_p)]
 
 
 # our module path of each C linear, per layer, and its HF checkpoint name
@@ -69,35 +70,38 @@ def native_refusal(args) -> str | None:
     return None
 
 
-class NativeForward:
-    """The C model: ctypes structs pointing at tensors (blocks or float32 rows) this object keeps alive."""
+def q8_0_blocks(weight: torch.Tensor) -> np.ndarray:
+    """A float weight [rows, cols] as GGUF Q8_0 blocks [rows, cols / 32 * 34 bytes] (fp16 d = max|w| / 127, then
+    32 int8 round(w / d)), ggml's quantizer: how native-q8 stores a float draft's linears."""
+    w = weight.detach().float().numpy()
+    rows, cols = w.shape
+    b = w.reshape(rows, cols // QK, QK)  # [rows, blocks, 32]
+    d = np.abs(b).max(-1, keepdims=True) / 127.0  # [rows, blocks, 1]
+    q = np.round(b / np.where(d == 0, 1.0, d)).clip(-127, 127).astype(np.int8)  # [rows, blocks, 32]
+    out = np.empty((rows, cols // QK, 2 + QK), np.uint8)  # [rows, blocks, 34]
+    out[..., :2] = d.astype(np.float16).view(np.uint8)
+    out[..., 2:] = q.view(np.uint8)
+    return out.reshape(rows, -1)
 
-    def __init__(self, model, blocks: dict[str, tuple[str, np.ndarray]], q8_activations: bool = False):
+
+class NativeWeights:
+    """ctypes structs pointing at buffers (blocks or float32 rows) this object keeps alive."""
+
+    def __init__(self, q8_activations: bool):
         self.lib = load_cpu_forward()
         self.q8_activations = q8_activations
         self.keep: list = []  # every buffer a C pointer refers to
-        a = model.args
-        self.layers = (CLayer * a.num_hidden_layers)()
-        for i, layer in enumerate(model.layers):
-            for field, path in LAYER_LINEARS.items():
-                module = layer.get_submodule(path)
-                setattr(self.layers[i], field, self._linear(module, blocks.get(f"model.layers.{i}.{path}.weight")))
-            self.layers[i].input_norm = self._floats(layer.input_layernorm.weight)
-            self.layers[i].post_norm = self._floats(layer.post_attention_layernorm.weight)
-        head_name = "model.embed_tokens.weight" if a.tie_word_embeddings else "lm_head.weight"
-        self.model = CModel(a.num_hidden_layers, a.hidden_size, a.intermediate_size, a.num_attention_heads,
-                            a.num_key_value_heads, a.head_dim, a.vocab_size, a.rms_norm_eps, self.layers,
-                            self._floats(model.norm.weight), self._linear(model.lm_head, blocks.get(head_name)))
-        self.block_types = sorted({name for name, _ in blocks.values()})
 
-    def _floats(self, tensor: torch.Tensor) -> int:
+    def _floats(self, tensor: torch.Tensor | None) -> int | None:
+        if tensor is None:
+            return None
         t = tensor.detach().float().contiguous()
         self.keep.append(t)
         return t.data_ptr()
 
     def _linear(self, module, stored: tuple[str, np.ndarray] | None) -> CLinear:
         rows, cols = module.weight.shape
-        bias = None if module.bias is None else self._floats(module.bias)
+        bias = self._floats(module.bias)
         if stored is not None and stored[0] in BLOCK_TYPES:
             data = np.ascontiguousarray(stored[1])  # [rows, cols / 32 blocks] as bytes
             linear = CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
@@ -120,6 +124,48 @@ class NativeForward:
         self.keep.append(data)
         return CLinear(kind, linear.rows, linear.cols, data.ctypes.data, linear.bias)
 
+    def weight_bytes(self) -> int:
+        return sum(x.nbytes if isinstance(x, np.ndarray) else x.numel() * x.element_size() for x in self.keep)
+
+    def _segments(self, parts: list[tuple]) -> tuple:
+        """(CSegment array, the mask tensors it points at) for (cache, start, rows, mask, whole) per sequence: mask
+        [rows, rows] (whole False: over the block, the prefix all visible) or [rows, start + rows] bool, or None."""
+        segs = (CSegment * len(parts))()
+        masks = []  # alive until the C call returns
+        for i, (cache, start, rows, mask, whole) in enumerate(parts):
+            if cache.k.dtype != torch.float32 or not cache.k.is_contiguous():
+                raise EagleTrtError("the native forward needs a contiguous float32 KV cache",
+                                    "make caches with Llama.new_cache")
+            mask = None if mask is None else mask.to(torch.uint8).contiguous()
+            masks.append(mask)
+            segs[i] = CSegment(cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, start, rows,
+                               start + rows if whole else rows, None if mask is None else mask.data_ptr())
+        return segs, masks
+
+    def _scratch(self, t: int, segs) -> torch.Tensor:
+        max_len = max(s.max_len for s in segs)
+        return torch.empty(self.lib.ef_scratch_floats(ctypes.byref(self.model), t, max_len, self.lib.ef_threads()))
+
+
+class NativeForward(NativeWeights):
+    """The base model in C."""
+
+    def __init__(self, model, blocks: dict[str, tuple[str, np.ndarray]], q8_activations: bool = False):
+        super().__init__(q8_activations)
+        a = model.args
+        self.layers = (CLayer * a.num_hidden_layers)()
+        for i, layer in enumerate(model.layers):
+            for field, path in LAYER_LINEARS.items():
+                module = layer.get_submodule(path)
+                setattr(self.layers[i], field, self._linear(module, blocks.get(f"model.layers.{i}.{path}.weight")))
+            self.layers[i].input_norm = self._floats(layer.input_layernorm.weight)
+            self.layers[i].post_norm = self._floats(layer.post_attention_layernorm.weight)
+        head_name = "model.embed_tokens.weight" if a.tie_word_embeddings else "lm_head.weight"
+        self.model = CModel(a.num_hidden_layers, a.hidden_size, a.intermediate_size, a.num_attention_heads,
+                            a.num_key_value_heads, a.head_dim, a.vocab_size, a.rms_norm_eps, self.layers,
+                            self._floats(model.norm.weight), self._linear(model.lm_head, blocks.get(head_name)))
+        self.block_types = sorted({name for name, _ in blocks.values()})
+
     def _call(self, t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch) -> int:
         return self.lib.ef_forward(ctypes.byref(self.model), t, ctypes.c_void_p(x.data_ptr()),
                                    ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()), len(segs), segs,
@@ -127,9 +173,6 @@ class NativeForward:
                                    None if captured is None else ctypes.c_void_p(captured.data_ptr()),
                                    ctypes.c_void_p(hidden.data_ptr()), n_logit, picked,
                                    ctypes.c_void_p(logits.data_ptr()), ctypes.c_void_p(scratch.data_ptr()))
-
-    def weight_bytes(self) -> int:
-        return sum(x.nbytes if isinstance(x, np.ndarray) else x.numel() * x.element_size() for x in self.keep)
 
     def forward_packed(self, model, calls, capture: tuple[int, ...]) -> list[tuple]:
         """Llama.forward_packed's contract: one (logits [T, V] ([1, V] for a call with last_logits_only), hidden
@@ -140,26 +183,15 @@ class NativeForward:
         t = ids.shape[0]
         x = model.embed_tokens(ids).float().contiguous()  # [T, H], the residual stream
         cos, sin = (c.reshape(t, a.head_dim).float().contiguous() for c in model.rope(positions))  # [T, D] each
-        segs = (CSegment * len(calls))()
-        masks = []  # the mask tensors the C call reads: alive until it returns
-        max_len = 0
-        for i, c in enumerate(calls):
-            cache = c.cache or model.cache
-            if cache.k.dtype != torch.float32 or not cache.k.is_contiguous():
-                raise EagleTrtError("the native forward needs a contiguous float32 KV cache",
-                                    "make caches with Llama.new_cache")
+        parts = []
+        for c in calls:
             rows = c.input_ids.shape[0]
-            mask = None
-            if c.tree_mask is not None:
-                mask = c.tree_mask.to(torch.uint8).contiguous()  # [rows, rows]
-            elif rows > 1:
-                mask = torch.ones(rows, rows, dtype=torch.uint8).tril_()  # [rows, rows] causal
-            masks.append(mask)
-            segs[i] = CSegment(cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, c.start, rows,
-                               None if mask is None else mask.data_ptr())
-            max_len = max(max_len, cache.max_len)
-        threads = self.lib.ef_threads()
-        scratch = torch.empty(self.lib.ef_scratch_floats(ctypes.byref(self.model), t, max_len, threads))
+            mask = c.tree_mask  # [rows, rows] or None: causal
+            if mask is None and rows > 1:
+                mask = torch.ones(rows, rows, dtype=torch.bool).tril_()  # [rows, rows]
+            parts.append((c.cache or model.cache, c.start, rows, mask, False))
+        segs, masks = self._segments(parts)
+        scratch = self._scratch(t, segs)
         logit_rows, row = [], 0  # rows whose logits are asked for (a prefill: its last)
         for c in calls:
             n = c.input_ids.shape[0]
@@ -183,6 +215,66 @@ class NativeForward:
             out.append((logits[logit_row:logit_row + k], hidden[rows], None if captured is None else captured[rows]))
             row, logit_row = row + n, logit_row + k
         return out
+
+
+class NativeDraft(NativeWeights):
+    """An EAGLE-1/2 draft head in C: fc, its one decoder layer (no input norm) and its head (truncated to the draft
+    vocabulary when it is). Its float weights are quantized to Q8_0 blocks for native-q8 (the draft only proposes:
+    its numerics set the acceptance rate, never the output), kept float32 for native."""
+
+    def __init__(self, draft, q8_activations: bool):
+        super().__init__(q8_activations)
+        a = draft.args
+        self.fc = self._weights(draft.fc)
+        layer = CLayer()
+        for field, path in LAYER_LINEARS.items():
+            setattr(layer, field, self._weights(draft.layer.get_submodule(path)))
+        layer.input_norm, layer.post_norm = None, self._floats(draft.layer.post_attention_layernorm.weight)
+        self.layers = (CLayer * 1)(layer)
+        self.head = self._weights(draft.lm_head)
+        self.model = CModel(1, a.hidden_size, a.intermediate_size, a.num_attention_heads, a.num_key_value_heads,
+                            a.head_dim, self.head.rows, a.rms_norm_eps, self.layers, None, self.head)
+        self.embed, self.head_dim = draft.embed_tokens, a.head_dim
+
+    def _weights(self, module) -> CLinear:
+        if not self.q8_activations or module.weight.shape[1] % QK:
+            return self._linear(module, None)
+        return self._linear(module, ("Q8_0", q8_0_blocks(module.weight)))
+
+    def rows(self, input_ids, features, cos, sin, segments) -> torch.Tensor:
+        """DraftHead.rows: the layer's output [sum T, H] for input_ids [sum T], features [sum T, H]."""
+        t, h = features.shape
+        x_in = torch.cat((self.embed(input_ids), features), dim=-1).float().contiguous()  # [T, 2H]
+        x = torch.empty(t, h)  # [T, H] fc's output, the residual stream
+        self.lib.ef_linear(ctypes.byref(self.fc), t, ctypes.c_void_p(x_in.data_ptr()), ctypes.c_void_p(x.data_ptr()))
+        cos, sin = (c.reshape(t, self.head_dim).float().contiguous() for c in (cos, sin))  # [T, D] each
+        segs, masks = self._segments([(s.cache, s.start, s.rows, s.mask, True) for s in segments])
+        out = torch.empty(t, h)  # [T, H]
+        scratch = self._scratch(t, segs)
+        rc = self.lib.ef_forward(ctypes.byref(self.model), t, ctypes.c_void_p(x.data_ptr()),
+                                 ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()), len(segs), segs,
+                                 0, None, None, ctypes.c_void_p(out.data_ptr()), 0, None, None,
+                                 ctypes.c_void_p(scratch.data_ptr()))
+        if rc != 0:
+            raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
+        return out
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """The draft head's logits [rows, V_draft] of draft outputs [rows, H]."""
+        x = out.float().contiguous()
+        y = torch.empty(x.shape[0], self.head.rows)  # [rows, V_draft]
+        self.lib.ef_linear(ctypes.byref(self.head), x.shape[0], ctypes.c_void_p(x.data_ptr()),
+                           ctypes.c_void_p(y.data_ptr()))
+        return y
+
+
+def attach_native_draft(draft, q8_activations: bool) -> bool:
+    """Run an EAGLE-1/2 draft (vocabulary already truncated) through the C forward; False for a draft it does not
+    take (EAGLE-3's wider midlayer), which stays on torch."""
+    if draft.format != "eagle1" or native_refusal(draft.args):
+        return False
+    draft.native = NativeDraft(draft, q8_activations)
+    return True
 
 
 def attach_native(model, blocks: dict[str, tuple[str, np.ndarray]], q8_activations: bool = False) -> NativeForward:

@@ -67,14 +67,20 @@ class Acceptance:
         return self.tokens[-1]
 
 
+def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
+    """[...] the first maximal index of each row of logits [..., V]: what argmax returns, but torch's CPU argmax
+    takes 3x max's time on a vocabulary row (68 vs 24 us for 49k), which a 4 ms decode step notices."""
+    return logits.max(dim=-1).indices
+
+
 def accept_greedy(logits: torch.Tensor, tree: DraftTree) -> Acceptance:
     """The longest path whose every token is the base's argmax at its parent. The argmax runs where the logits are;
     it and the tree's tokens reach the host in one transfer, and the walk down the tree (at most its depth in
     steps, siblings hold distinct tokens) runs there. logits [N+1, V]."""
     n = tree.tokens.shape[0]
     if n == 1:  # plain decoding: the root alone
-        return Acceptance([0], [int(logits[0].argmax().item())])
-    host = torch.cat((logits.argmax(dim=-1), tree.tokens)).tolist()  # [2(N+1)]: the step's one transfer
+        return Acceptance([0], [int(greedy_ids(logits[0]).item())])
+    host = torch.cat((greedy_ids(logits), tree.tokens)).tolist()  # [2(N+1)]: the step's one transfer
     best, tokens, children = host[:n], host[n:], tree.children
     node, path = 0, [0]
     while True:
