@@ -1,7 +1,8 @@
 """runtime/backoff.py: per request, plain steps where they commit more tokens per second than speculative ones.
 
 - The schedule: speculate, probe plain after `first_probe` steps, keep the faster mode, probe the other again with
-  a doubling interval, switch back when it wins.
+  a doubling interval, switch back when it wins; a later request of a decoder that found plain faster starts plain
+  (the decoder-wide accepted length is its prior) and still finds out when its own drafts pay.
 - On the demo model (native precision): output equals plain decoding whatever the steps do; when the draft catches
   up after plain steps (one joined draft call), its proposals are as good as without pauses.
 - A draft that never helps (a random tiny draft) ends up mostly in plain steps.
@@ -44,6 +45,21 @@ def test_backs_off_to_plain_and_returns_when_speculation_pays_again():
     assert gaps == sorted(gaps) and gaps[0] < gaps[-1]  # speculation re-measured at doubling intervals
     drive(state, tau=4.0, spec_s=0.02, plain_s=0.01, steps=80)  # acceptance came back: 200 tok/s
     assert state.chosen_spec and state.switches == 2
+
+
+def test_later_requests_start_plain_where_the_decoder_found_plain_faster_and_still_probe():
+    from eagle_trt.runtime.backoff import StepTimes
+
+    cfg, times = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32), StepTimes()
+    first = drive(cfg.start(times), tau=1.6, spec_s=0.02, plain_s=0.01, steps=40)  # 80 vs 100 tok/s
+    assert first[:4] == [True] * 4 and times.plain_wins()
+    state = cfg.start(times)
+    later = drive(state, tau=1.6, spec_s=0.02, plain_s=0.01, steps=40)
+    assert later[:8] == [False] * 8 and later[8:10] == [True, True]  # plain from the start, a probe after `interval`
+    assert later.count(True) < first.count(True)
+    state = cfg.start(times)  # a request whose own drafts are accepted: the probe finds it and it speculates
+    drive(state, tau=4.0, spec_s=0.02, plain_s=0.01, steps=12)
+    assert state.chosen_spec and state.switches == 1
 
 
 class Alternate:

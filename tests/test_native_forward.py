@@ -276,3 +276,14 @@ def test_native_draft_equals_the_torch_draft(demo):
     assert (ours - ref).abs().max().item() < 1e-3 * ref.abs().max().item()
     assert (ours_lp - ref_lp).abs().max().item() < 1e-3
     assert torch.equal(ours_lp.argmax(-1), ref_lp.argmax(-1))
+
+
+def test_a_gguf_base_builds_native_by_default_on_this_cpu():
+    """`build --dtype auto` (the pytorch engine on the CPU): a GGUF base runs its blocks as stored (native), an HF
+    checkpoint float32 as before."""
+    from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base
+    from eagle_trt.engines.pytorch import PYTORCH
+    from eagle_trt.spec import ModelSpec
+
+    assert PYTORCH.default_dtype(ModelSpec.from_dir(materialize_demo_gguf_base()), "cpu") == "native"
+    assert PYTORCH.default_dtype(ModelSpec.from_dir(materialize_demo_base()), "cpu") == "float32"

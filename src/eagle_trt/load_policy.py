@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.spec import NATIVE_PRECISIONS
 from eagle_trt.tree_config import AUTO, TreeConfig, resolve
 
 PLAIN = "none"  # the policy entry for plain decoding
 # batches 2..8 chain:2, larger chain:1. Measured (docs/results/2026-11-24-serving/batch_policy.json, 1 thread, SmolLM2
 # int8): aggregate tok/s chain:2 / plain = 50.5/35.4 at batch 1, 79.5/55.6 at 2, 72.0/63.6 at 4, 71.5/67.3 at 8
 AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
+# the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batch 2
+# chain:1, larger plain. Measured (perf load through Triton, SmolLM2 Q4_1 native-q8, docs/native_cpu.md): with the
+# int8 tail eagle/base tok/s was 1.01x / 0.93x / 0.81x at 2 / 4 / 8 streams; plain from batch 3 on, 1.12x / 1.00x / 0.96x
+AUTO_TAIL_NATIVE = ("chain:1", PLAIN)
 
 
 @dataclass(frozen=True)
@@ -42,10 +47,10 @@ class LoadPolicy:
         return cls(tuple(trees))
 
     @classmethod
-    def auto(cls, tree: TreeConfig) -> LoadPolicy:
-        """The bundle's tree at batch 1, then AUTO_TAIL, each with the tree's suffix candidates (they add rows only
+    def auto(cls, tree: TreeConfig, tail: tuple[str, ...] = AUTO_TAIL) -> LoadPolicy:
+        """The bundle's tree at batch 1, then `tail`, each with the tree's suffix candidates (they add rows only
         when the text repeats itself)."""
-        return cls((tree, *(replace(resolve(t), suffix=tree.suffix) for t in AUTO_TAIL)))
+        return cls((tree, *(None if t == PLAIN else replace(resolve(t), suffix=tree.suffix) for t in tail)))
 
     def tree_for(self, batch: int) -> TreeConfig | None:
         return self.trees[min(max(batch, 1), len(self.trees)) - 1]
@@ -64,6 +69,9 @@ class LoadPolicy:
         return cls(tuple(None if t is None else TreeConfig.from_dict(t, where="load policy") for t in data))
 
 
-def resolve_load_policy(tree: TreeConfig, value: str = AUTO) -> LoadPolicy:
-    """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL."""
-    return LoadPolicy.auto(tree) if value == AUTO else LoadPolicy.parse(value)
+def resolve_load_policy(tree: TreeConfig, value: str = AUTO, precision: str | None = None) -> LoadPolicy:
+    """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL (AUTO_TAIL_NATIVE
+    for the native precisions)."""
+    if value != AUTO:
+        return LoadPolicy.parse(value)
+    return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE if precision in NATIVE_PRECISIONS else AUTO_TAIL)

@@ -32,6 +32,8 @@ class PytorchEngine(Engine):
 
     def default_dtype(self, base: ModelSpec, device: str) -> str:
         if device == "cpu":
+            if base.weight_format == "gguf" and native_runs(base):
+                return "native"  # the file's blocks as stored: what the dequantized weights compute, 2.5x int8
             return "float32"  # CPU matmuls in half precision are slow and lossy; fp32 is the oracle's dtype
         return super().default_dtype(base, device)
 
@@ -81,11 +83,20 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             "threads": options.engine_threads,
             "engines_sharing": options.engines_sharing,
             # the tree by how many requests run at once (runtime.batching); the base engine decodes plainly
-            "load_policy": json.dumps((resolve_load_policy(spec.tree, options.load_policy) if speculative
+            "load_policy": json.dumps((resolve_load_policy(spec.tree, options.load_policy, spec.dtype) if speculative
                                        else LoadPolicy((None,))).to_list(), separators=(",", ":")),
         },
         instances=options.engine_instances, decoupled=True,
     )
+
+
+def native_runs(base: ModelSpec) -> bool:
+    """Whether precision native runs this base on this machine (its layers and the CPU)."""
+    from eagle_trt.kernels.cpu_build import cpu_supports_native
+    from eagle_trt.runtime.model import LlamaArgs
+    from eagle_trt.runtime.native import native_refusal
+
+    return cpu_supports_native() is None and native_refusal(LlamaArgs.from_spec(base)) is None
 
 
 PYTORCH = PytorchEngine()

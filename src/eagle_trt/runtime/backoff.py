@@ -11,9 +11,13 @@ What is measured where: the seconds a speculative step and a plain step take are
 tree and the machine, so they are averaged over every request of a decoder (`StepTimes`, shared); the tokens a
 speculative step commits (its accepted length) belong to the request. A request's speculative rate is its own
 accepted length over the shared speculative step time, the plain rate one token over the shared plain step time.
+The decoder also keeps the accepted length over all its requests: a new request starts from it (its prior), so
+on a workload where speculation does not pay, requests start plain instead of each paying `first_probe` losing
+speculative steps to find out.
 
-Schedule: speculate first; after `first_probe` steps decide (the first request of a decoder measures plain steps
-first: `probe_steps` of them); while plain wins, run plain steps and re-measure speculation with `probe_steps`
+Schedule: speculate first, unless the decoder's history says plain wins (then start plain and probe after
+`interval` steps); after `first_probe` steps decide (the first request of a decoder measures plain steps first:
+`probe_steps` of them); while plain wins, run plain steps and re-measure speculation with `probe_steps`
 speculative steps every `interval` steps, the interval doubling (up to `max_interval`) each time a probe confirms
 plain. Averages are exponential (weight `alpha` per step).
 
@@ -40,15 +44,27 @@ class Backoff:
 
 
 class StepTimes:
-    """Seconds per speculative and per plain step, averaged over the requests of one decoder."""
+    """Seconds per speculative and per plain step, and tokens per speculative step, averaged over the requests of
+    one decoder."""
 
     def __init__(self, alpha: float = 0.25):
         self.alpha = alpha
         self.seconds: dict[bool, float | None] = {True: None, False: None}  # True: speculative
+        self.accepted: float | None = None  # tokens a speculative step commits, over every request
 
-    def record(self, spec: bool, seconds: float) -> None:
-        old = self.seconds[spec]
-        self.seconds[spec] = seconds if old is None else self.alpha * seconds + (1 - self.alpha) * old
+    def record(self, spec: bool, seconds: float, tokens: int) -> None:
+        self.seconds[spec] = _average(self.seconds[spec], seconds, self.alpha)
+        if spec:
+            self.accepted = _average(self.accepted, tokens, self.alpha)
+
+    def plain_wins(self) -> bool:
+        """Whether this decoder's requests so far committed more tokens per second plain."""
+        spec, plain = self.seconds[True], self.seconds[False]
+        return None not in (spec, plain, self.accepted) and self.accepted / spec < 1.0 / plain
+
+
+def _average(old: float | None, new: float, alpha: float) -> float:
+    return new if old is None else alpha * new + (1 - alpha) * old
 
 
 class BackoffState:
@@ -56,8 +72,8 @@ class BackoffState:
 
     def __init__(self, cfg: Backoff, times: StepTimes):
         self.cfg, self.times = cfg, times
-        self.chosen_spec = True
-        self.interval = cfg.first_probe
+        self.chosen_spec = not times.plain_wins()
+        self.interval = cfg.first_probe if self.chosen_spec else cfg.interval
         self.since_probe = 0
         self.probe_left = 0
         self.accepted: float | None = None  # this request's tokens per speculative step (moving average)
@@ -71,15 +87,14 @@ class BackoffState:
     def rate(self, spec: bool) -> float | None:
         """Committed tokens per second of a step of this kind for this request (None: not measured yet)."""
         seconds = self.times.seconds[spec]
-        tokens = self.accepted if spec else 1.0
+        tokens = (self.accepted if self.accepted is not None else self.times.accepted) if spec else 1.0
         return None if seconds is None or tokens is None or seconds <= 0 else tokens / seconds
 
     def record(self, spec: bool, tokens: int, seconds: float) -> None:
         """A step ran in mode `spec`, committed `tokens` in `seconds`."""
-        self.times.record(spec, seconds)
+        self.times.record(spec, seconds, tokens)
         if spec:
-            a = self.cfg.alpha if self.accepted is not None else 1.0
-            self.accepted = a * tokens + (1 - a) * (self.accepted or 0.0)
+            self.accepted = _average(self.accepted, tokens, self.cfg.alpha)
         self.plain_steps += not spec
         if self.probe_left > 0 and spec != self.chosen_spec:
             self.probe_left -= 1

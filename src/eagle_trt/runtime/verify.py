@@ -68,8 +68,10 @@ class Acceptance:
 
 
 def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
-    """[...] the first maximal index of each row of logits [..., V]: what argmax returns, but torch's CPU argmax
-    takes 3x max's time on a vocabulary row (68 vs 24 us for 49k), which a 4 ms decode step notices."""
+    """[...] the first maximal index of each row of logits [..., V], as argmax gives it. On the CPU numpy's argmax
+    takes 4 us on a 49k vocabulary row where torch's argmax takes 62 and its max 24: a 3 ms decode step notices."""
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return torch.as_tensor(logits.detach().numpy().argmax(-1))
     return logits.max(dim=-1).indices
 
 
