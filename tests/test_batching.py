@@ -99,9 +99,9 @@ def test_policy_parsing():
         LoadPolicy.parse("chain:2;bogus:3")
     assert resolve_load_policy(resolve("dynamic:3,2,4")).to_arg().startswith("dynamic:3,2,4;")
     assert resolve_load_policy(resolve("chain:3"), "chain:3;none").to_arg() == "chain:3;none"
-    native = resolve_load_policy(resolve("chain:2+suffix:2,6"), precision="native-q8")  # its own measured tail
+    native = resolve_load_policy(resolve("chain:2+suffix:2,6"), native=True)  # its own measured tail
     assert native.to_arg() == "chain:2+suffix:2,6;chain:1+suffix:2,6;none" and native.tree_for(5) is None
-    assert resolve_load_policy(resolve("chain:2"), precision="int8").tree_for(5) is not None
+    assert resolve_load_policy(resolve("chain:2")).tree_for(5) is not None
 
 
 def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base, eagle1_draft):

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from eagle_trt.errors import EagleTrtError
-from eagle_trt.spec import NATIVE_PRECISIONS
 from eagle_trt.tree_config import AUTO, TreeConfig, resolve
 
 PLAIN = "none"  # the policy entry for plain decoding
@@ -69,9 +68,9 @@ class LoadPolicy:
         return cls(tuple(None if t is None else TreeConfig.from_dict(t, where="load policy") for t in data))
 
 
-def resolve_load_policy(tree: TreeConfig, value: str = AUTO, precision: str | None = None) -> LoadPolicy:
+def resolve_load_policy(tree: TreeConfig, value: str = AUTO, native: bool = False) -> LoadPolicy:
     """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL (AUTO_TAIL_NATIVE
-    for the native precisions)."""
+    for an engine on the native precisions)."""
     if value != AUTO:
         return LoadPolicy.parse(value)
-    return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE if precision in NATIVE_PRECISIONS else AUTO_TAIL)
+    return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE if native else AUTO_TAIL)

@@ -18,7 +18,7 @@ from eagle_trt.model_repository import configs as C
 from eagle_trt.model_repository.configs import ServingOptions
 from eagle_trt.model_repository.layout import (ENSEMBLES, python_model_source, spec_parameter, text_ensemble_config,
                                                text_models)
-from eagle_trt.spec import CPU_PRECISIONS, EAGLE_MODEL, ModelSpec
+from eagle_trt.spec import CPU_PRECISIONS, EAGLE_MODEL, NATIVE_PRECISIONS, ModelSpec
 from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE
 
 
@@ -75,6 +75,9 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
     decoder from the bundle's spec (EagleDecoder.from_bundle); the parameters add only the serving knobs."""
     engine_inputs = C.inputs(C.ENGINE_INPUTS + (C.STREAM_KEY_INPUT,))
     engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS)
+    load_policy = LoadPolicy((None,))  # the base engine decodes plainly
+    if speculative:
+        load_policy = resolve_load_policy(spec.tree, options.load_policy, spec.dtype in NATIVE_PRECISIONS)
     return C.python_model(
         name, spec.max_batch_size, engine_inputs, engine_outputs,
         spec_parameter(bundle_dir) | {
@@ -82,9 +85,8 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             # eagle_engine and base_engine run side by side: each takes its share of the cores unless told
             "threads": options.engine_threads,
             "engines_sharing": options.engines_sharing,
-            # the tree by how many requests run at once (runtime.batching); the base engine decodes plainly
-            "load_policy": json.dumps((resolve_load_policy(spec.tree, options.load_policy, spec.dtype) if speculative
-                                       else LoadPolicy((None,))).to_list(), separators=(",", ":")),
+            # the tree by how many requests run at once (runtime.batching)
+            "load_policy": json.dumps(load_policy.to_list(), separators=(",", ":")),
         },
         instances=options.engine_instances, decoupled=True,
     )
