@@ -251,12 +251,19 @@ static void swiglu(float *g, const float *u, size_t n) {
     }
 }
 
-/* One row's attention for one head over its visible keys (the cached prefix, then the block's keys its mask shows),
- * gathered in key order into a compact list, so a key's place in every sum is its rank among the row's visible
- * keys: the same in a verify block as in the plain decode step that would compute this row. Softmax and the
- * weighted sum of values in float32, one fixed order. scores, keys: [start + rows] of scratch. */
-static void attend_row(const float *q, const float *kc, const float *vc, int D, const Segment *S, int row,
-                       float scale, float *scores, int32_t *keys, float *out) {
+#ifndef ATT_LANES
+#define ATT_LANES 16 /* heads per attention pass x head_dim / 16: the value accumulators kept in registers */
+#endif
+
+/* One row's attention for query heads h0..h0+nh-1, which share one K/V head (GQA; nh * head_dim / 16 <= ATT_LANES),
+ * over its visible keys (the cached prefix, then the block's keys its mask shows) gathered in key order into a
+ * compact list, so a key's place in every sum is its rank among the row's visible keys: the same in a verify block as
+ * in the plain decode step that would compute this row. Each head's softmax and weighted sum of values run in
+ * float32, one fixed order; the heads of a group read each key and value once (a 4k context's float32 cache is
+ * larger than L2: reading it once per group, not per head, is most of a long-context step).
+ * q: the row's [heads][D]; out: the row's [heads][D]; scores [nh][stride], keys [stride] of scratch. */
+static void attend_row(const float *q, int nh, const float *kc, const float *vc, int D, const Segment *S, int row,
+                       float scale, float *scores, int stride, int32_t *keys, float *out) {
     const int start = S->start;
     const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
     int n = 0;
@@ -265,30 +272,41 @@ static void attend_row(const float *q, const float *kc, const float *vc, int D, 
                          : j < start ? 1 : mrow ? mrow[j - start] : j - start == row;
         if (!seen) continue;
         keys[n] = j;
-        scores[n++] = dot16(q, kc + (size_t)j * D, D) * scale;
+        const float *kj = kc + (size_t)j * D;
+        for (int h = 0; h < nh; h++) scores[(size_t)h * stride + n] = dot16(q + (size_t)h * D, kj, D) * scale;
+        n++;
     }
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, scores + i));
+    float inv[ATT_LANES];
+    for (int h = 0; h < nh; h++) {
+        float *sc = scores + (size_t)h * stride;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int i = 0; i < n; i += 16) {
+            const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, sc + i));
+        }
+        const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512 sum = _mm512_setzero_ps();
+        for (int i = 0; i < n; i += 16) {  /* scores become p = e^(s - max); masked-off lanes add 0 */
+            const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+            const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), top)));
+            _mm512_mask_storeu_ps(sc + i, k, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        inv[h] = 1.0f / _mm512_reduce_add_ps(sum);
     }
-    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 16) {  /* scores become p = e^(s - max); masked-off lanes add 0 */
-        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, scores + i), top)));
-        _mm512_mask_storeu_ps(scores + i, k, p);
-        sum = _mm512_add_ps(sum, p);
-    }
-    __m512 acc[8];  /* head_dim <= 128 */
-    for (int i = 0; i < D / 16; i++) acc[i] = _mm512_setzero_ps();
+    const int L = D / 16;
+    __m512 acc[ATT_LANES];
+    for (int i = 0; i < nh * L; i++) acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
-        const __m512 pv = _mm512_set1_ps(scores[j]);
         const float *vj = vc + (size_t)keys[j] * D;
-        for (int i = 0; i < D / 16; i++) acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj + i * 16), acc[i]);
+        for (int h = 0; h < nh; h++) {
+            const __m512 pv = _mm512_set1_ps(scores[(size_t)h * stride + j]);
+            for (int i = 0; i < L; i++) acc[h * L + i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj + i * 16), acc[h * L + i]);
+        }
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int i = 0; i < D / 16; i++) _mm512_storeu_ps(out + i * 16, _mm512_mul_ps(acc[i], inv));
+    for (int h = 0; h < nh; h++)
+        for (int i = 0; i < L; i++)
+            _mm512_storeu_ps(out + (size_t)h * D + i * 16, _mm512_mul_ps(acc[h * L + i], _mm512_set1_ps(inv[h])));
 }
 
 /* Rows [T] of several sequences (segments, back to back) through the model. x [T][hidden] holds the embeddings and
@@ -309,10 +327,12 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
     float *att = v + (size_t)T * nkv * D;        /* [T][nh*D] */
     float *g = att + (size_t)T * nh * D;         /* [T][inter] */
     float *u = g + (size_t)T * m->inter;         /* [T][inter] */
-    float *scores = u + (size_t)T * m->inter;    /* [threads][2][max_len]: scores, then key indices */
+    float *scores = u + (size_t)T * m->inter;    /* [threads][heads per pass + 1][max_len]: scores, key indices */
     int max_len = 0;
     for (int s = 0; s < n_seg; s++) max_len = segs[s].max_len > max_len ? segs[s].max_len : max_len;
     const float scale = 1.0f / sqrtf((float)D);
+    const int heads_per_pass = ATT_LANES / (D / 16), per_kv = (group + heads_per_pass - 1) / heads_per_pass;
+    const int passes = nkv * per_kv;  /* attention tasks per row: a K/V head's query heads, a pass at a time */
 
     for (int l = 0; l <= m->n_layers; l++) {
         for (int c = 0; c < n_capture; c++)
@@ -338,12 +358,14 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
                 }
 #pragma omp parallel for schedule(static) collapse(2)
             for (int t = 0; t < S->rows; t++)
-                for (int hh = 0; hh < nh; hh++) {
-                    const size_t kv_off = layer_off + (size_t)(hh / group) * S->max_len * D;
-                    attend_row(q + ((size_t)(row0 + t) * nh + hh) * D, S->k + kv_off, S->v + kv_off, D, S, t, scale,
-                               scores + (size_t)omp_get_thread_num() * 2 * max_len,
-                               (int32_t *)scores + ((size_t)omp_get_thread_num() * 2 + 1) * max_len,
-                               att + ((size_t)(row0 + t) * nh + hh) * D);
+                for (int pass = 0; pass < passes; pass++) {
+                    const int kh = pass / per_kv, h0 = kh * group + (pass % per_kv) * heads_per_pass;
+                    const int nq = group - (h0 - kh * group) < heads_per_pass ? group - (h0 - kh * group) : heads_per_pass;
+                    const size_t kv_off = layer_off + (size_t)kh * S->max_len * D;
+                    float *mine = scores + (size_t)omp_get_thread_num() * (heads_per_pass + 1) * max_len;
+                    attend_row(q + ((size_t)(row0 + t) * nh + h0) * D, nq, S->k + kv_off, S->v + kv_off, D, S, t,
+                               scale, mine, max_len, (int32_t *)(mine + (size_t)heads_per_pass * max_len),
+                               att + ((size_t)(row0 + t) * nh + h0) * D);
                 }
             row0 += S->rows;
         }
@@ -369,7 +391,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
 /* Floats of scratch ef_forward needs for T rows and caches of up to max_len slots, with `threads` OpenMP threads. */
 long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
     const int nhd = m->heads * m->head_dim, wide = m->hidden > nhd ? m->hidden : nhd;
-    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + 2L * threads * max_len;
+    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * (ATT_LANES / (m->head_dim / 16) + 1) * max_len;
 }
 
 /* 1 when this build has the 8-bit-activation linears (the CPU has AVX-512 VNNI). */
