@@ -140,7 +140,8 @@ def test_shared_values_come_from_the_spec(tmp_path):
     spec_file = "/bundle/eagle_trt_spec.json"
     assert params["preprocessing"] == params["postprocessing"] == {"bundle_spec": spec_file}
     eagle, base = params["eagle_engine"], params["base_engine"]
-    assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "threads", "engines_sharing"}
+    assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "backoff", "threads",
+                                        "engines_sharing"}
     assert eagle["bundle_spec"] == base["bundle_spec"] == spec_file
     assert (eagle["speculative"], base["speculative"]) == ("true", "false")
     assert {k: v for k, v in eagle.items() if k not in ("speculative", "load_policy")} == \
@@ -375,3 +376,19 @@ def test_auto_load_policy_keeps_the_trees_suffix_candidates():
     assert [t.drafted.to_arg() for t in policy.trees[1:]] == list(AUTO_TAIL)
     assert LoadPolicy.from_list(policy.to_list()) == policy
     assert all(t.suffix is None for t in LoadPolicy.auto(resolve("chain:3")).trees)
+
+
+@pytest.mark.parametrize("dtype, backoff, on", [("float32", "auto", False), ("native-q8", "auto", True),
+                                                ("int8", "on", True), ("native", "off", False)])
+def test_the_backoff_parameter_follows_the_option_and_precision(tmp_path, dtype, backoff, on):
+    import dataclasses
+
+    repo = tmp_path / "repo"
+    spec = dataclasses.replace(fixed_spec("pytorch"), dtype=dtype)
+    write_model_repository(spec, repo, bundle_dir=Path("/bundle"), options=ServingOptions(backoff=backoff))
+    params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
+                     .parameters.items()} for name in ("eagle_engine", "base_engine")}
+    assert params["eagle_engine"]["backoff"] == ("true" if on else "false")
+    assert params["base_engine"]["backoff"] == "false"  # plain decoding has nothing to back off from
+    with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, off"):
+        ServingOptions(backoff="sometimes").validate()

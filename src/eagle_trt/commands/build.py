@@ -62,6 +62,10 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
                    "for larger batches; none = plain decoding), e.g. dynamic:3,2,4;chain:2;chain:1;none. auto: the "
                    "runtime tree, then eagle_trt.load_policy.AUTO_TAIL. llmapi: a policy of chain:N entries and none, "
                    "starting with --tree, becomes draft_len_schedule (auto: none written).")
+@click.option("--backoff", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="pytorch engine: each request runs plain steps while they commit more tokens per second than its "
+                   "speculative ones, and re-measures now and then (runtime.backoff; output unchanged). auto: on for "
+                   "--dtype native / native-q8, whose cheap decode step makes speculation pay less often.")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0),

@@ -87,6 +87,9 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             "engines_sharing": options.engines_sharing,
             # the tree by how many requests run at once (runtime.batching)
             "load_policy": json.dumps(load_policy.to_list(), separators=(",", ":")),
+            # per request, plain steps where they are faster (runtime.backoff)
+            "backoff": speculative and (options.backoff == "on" or
+                                        (options.backoff == "auto" and spec.dtype in NATIVE_PRECISIONS)),
         },
         instances=options.engine_instances, decoupled=True,
     )

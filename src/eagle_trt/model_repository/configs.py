@@ -109,6 +109,7 @@ class ServingOptions:
     engine_instances: int = 1
     engine_threads: int = 0  # torch intra-op threads per pytorch-engine instance; 0 = the cores shared among them
     load_policy: str = "auto"  # pytorch engine: trees by batch size ("t1;t2;...;none"); auto: runtime.batching default
+    backoff: str = "auto"  # pytorch engine: per request, plain steps where faster (runtime.backoff); auto: native only
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
     max_queue_delay_us: int = 0
@@ -137,6 +138,8 @@ class ServingOptions:
             from eagle_trt.load_policy import LoadPolicy
 
             LoadPolicy.parse(self.load_policy)  # names the bad tree
+        if self.backoff not in ("auto", "on", "off"):
+            raise EagleTrtError(f"backoff {self.backoff!r} is not one of auto, on, off", "pass --backoff auto|on|off")
         if self.engine_threads < 0:
             raise EagleTrtError(f"engine-threads must be >= 0, got {self.engine_threads}",
                                 "pass 0 to share the cores among the engine instances, or a thread count")

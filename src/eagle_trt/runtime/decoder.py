@@ -238,6 +238,8 @@ class EagleDecoder:
         decoder = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
                             self.max_seq_len)
         decoder.precision, decoder.backoff = self.precision, self.backoff
+        if self.backoff is not None:  # step times belong to a tree: this decoder's requests share their own
+            decoder.step_times = StepTimes(self.backoff.alpha)
         return decoder
 
     def with_backoff(self, backoff: Backoff | None = Backoff()) -> EagleDecoder:

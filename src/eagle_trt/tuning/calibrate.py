@@ -17,7 +17,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -28,7 +28,7 @@ from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, 
 from eagle_trt.tree import Tree
 from eagle_trt.tree_config import AUTO, DEFAULT_RUNTIME_TREE, Suffix, TreeConfig, resolve
 
-TUNER_VERSION = 5  # bump when what is measured or how it is scored changes: old cache entries are ignored
+TUNER_VERSION = 6  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
@@ -274,7 +274,13 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
                  f"({runs[0][0]:.2f})")
     # the cost model ranks the static trees; measurements on the calibration prompts pick between its first few and
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
+    # speedups against the plain decoding measured on the same prompts, not the cost model's plain step
+    candidates = [replace(c, plain_ms=plain_ms) for c in candidates]
     chosen = max(candidates, key=lambda c: measured_tps[c.arg])
+    if measured_tps[chosen.arg] < 1000.0 / plain_ms:
+        echo(f"--tree auto: no tree beats plain decoding here (best {measured_tps[chosen.arg]:.1f} tok/s, plain "
+             f"{1000.0 / plain_ms:.1f} tok/s): speculation costs on this engine and machine; the backoff (bench "
+             "--backoff, build --backoff on) runs plain steps where they are faster")
     result = TuneResult(
         chosen=chosen.to_dict(),
         candidates=[{**c.to_dict(), "measured_tok_per_s": round(measured_tps[c.arg], 3)} for c in candidates],

@@ -115,6 +115,8 @@ class TritonPythonModel:
             self.threads = cpu_threads(int(param.get("threads", 0)), int(param.get("engines_sharing", 1)))
             torch.set_num_threads(self.threads)
         self.decoder = EagleDecoder.from_bundle(spec, speculative)
+        if param.get("backoff") == "true":  # per request, plain steps where they are faster (runtime.backoff)
+            self.decoder = self.decoder.with_backoff()
         ensemble = {engine: name for name, engine in ENSEMBLES.items()}.get(args["model_name"], args["model_name"])
         self.metrics = AcceptanceMetrics(ensemble, spec.tree.label() if speculative else "none", spec.dtype)
         policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
