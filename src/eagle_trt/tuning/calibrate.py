@@ -28,7 +28,7 @@ from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, 
 from eagle_trt.tree import Tree
 from eagle_trt.tree_config import AUTO, DEFAULT_RUNTIME_TREE, Suffix, TreeConfig, resolve
 
-TUNER_VERSION = 6  # bump when what is measured or how it is scored changes: old cache entries are ignored
+TUNER_VERSION = 7  # bump when what is measured or how it is scored changes: old cache entries are ignored
 PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
@@ -37,7 +37,7 @@ DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,
 PRESET_TREES = {"cpu": "dynamic:3,2,4", "cuda": DEFAULT_RUNTIME_TREE}
 # suffix-automaton candidates (runtime/suffix.py) tried on the fastest drafted tree: (min match, max tokens)
 SUFFIX_GRID = ((2, 6), (4, 8))
-TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 1 + len(SUFFIX_GRID)  # profile, acceptance, plain, runs
+TUNE_STAGES = 3 + len(DYNAMIC_GRID) + STATIC_MEASURED + 2 + len(SUFFIX_GRID)  # profile, acceptance, plain, runs
 
 
 @dataclass(frozen=True)
@@ -239,9 +239,12 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     candidates, measured_tps = [], {}
     ranked = ranked_static_trees(accept, cost, req.max_nodes)
     best_chain = next(c for c in ranked if c.arg.startswith("chain:"))  # the cheapest trees to draft
-    statics = ranked[:STATIC_MEASURED] + ([best_chain] if best_chain not in ranked[:STATIC_MEASURED] else [])
-    for _ in range(STATIC_MEASURED + 1 - len(statics)):
-        advance("")  # the best chain was among the first: one run fewer
+    # and one draft token always: where an extra verify row costs much of a decode step (the native CPU forward) it
+    # is the tree that pays, and the cost model, fitted on forwards alone, ranks it low
+    one_token = next(c for c in ranked if c.arg == "chain:1")
+    statics = list(dict.fromkeys(ranked[:STATIC_MEASURED] + [best_chain, one_token]))
+    for _ in range(STATIC_MEASURED + 2 - len(statics)):
+        advance("")  # the chains were among the first: a run fewer
     for static in statics:
         if not in_budget(static.arg):
             continue
