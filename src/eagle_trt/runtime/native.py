@@ -155,6 +155,15 @@ class NativeWeights:
             self.scratch = torch.empty(need)  # [floats]
         return self.scratch
 
+    def _call(self, t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch) -> int:
+        """ef_forward over this model; captured and logits may be None (none asked for)."""
+        def ptr(tensor):
+            return None if tensor is None else ctypes.c_void_p(tensor.data_ptr())
+
+        return self.lib.ef_forward(ctypes.byref(self.model), t, ptr(x), ptr(cos), ptr(sin), len(segs), segs,
+                                   len(capture), cap, ptr(captured), ptr(hidden), n_logit, picked, ptr(logits),
+                                   ptr(scratch))
+
 
 class NativeForward(NativeWeights):
     """The base model in C."""
@@ -174,14 +183,6 @@ class NativeForward(NativeWeights):
                             a.num_key_value_heads, a.head_dim, a.vocab_size, a.rms_norm_eps, self.layers,
                             self._floats(model.norm.weight), self._linear(model.lm_head, blocks.get(head_name)))
         self.block_types = sorted({name for name, _ in blocks.values()})
-
-    def _call(self, t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch) -> int:
-        return self.lib.ef_forward(ctypes.byref(self.model), t, ctypes.c_void_p(x.data_ptr()),
-                                   ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()), len(segs), segs,
-                                   len(capture), cap,
-                                   None if captured is None else ctypes.c_void_p(captured.data_ptr()),
-                                   ctypes.c_void_p(hidden.data_ptr()), n_logit, picked,
-                                   ctypes.c_void_p(logits.data_ptr()), ctypes.c_void_p(scratch.data_ptr()))
 
     def forward_packed(self, model, calls, capture: tuple[int, ...]) -> list[tuple]:
         """Llama.forward_packed's contract: one (logits [T, V] ([1, V] for a call with last_logits_only), hidden
@@ -262,11 +263,7 @@ class NativeDraft(NativeWeights):
         cos, sin = (c.reshape(t, self.head_dim).float().contiguous() for c in (cos, sin))  # [T, D] each
         segs, masks = self._segments([(s.cache, s.start, s.rows, s.mask, True) for s in segments])
         out = torch.empty(t, h)  # [T, H]
-        scratch = self._scratch(t, segs)
-        rc = self.lib.ef_forward(ctypes.byref(self.model), t, ctypes.c_void_p(x.data_ptr()),
-                                 ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()), len(segs), segs,
-                                 0, None, None, ctypes.c_void_p(out.data_ptr()), 0, None, None,
-                                 ctypes.c_void_p(scratch.data_ptr()))
+        rc = self._call(t, x, cos, sin, segs, (), None, None, out, 0, None, None, self._scratch(t, segs))
         if rc != 0:
             raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
         return out
