@@ -1,8 +1,11 @@
 """Which tree pays at which batch size: run B requests at once through runtime.batching (SmolLM2 + our EAGLE-1
-draft, int8, the demo's settings) for B in 1, 2, 4, 8 and each candidate tree, and print aggregate output tokens/s
+draft, int8 by default, the demo's settings) for B in 1, 2, 4, 8 and each candidate tree, and print aggregate output tokens/s
 (best of interleaved rounds) and the best tree per B: the measurement behind the default load policy.
 
-    .venv/bin/python scripts/batch_policy.py [--trees "dynamic:3,2,4;chain:2;chain:1;none"] [--json out.json]
+    .venv/bin/python scripts/batch_policy.py [--trees "dynamic:3,2,4;chain:2;chain:1;none"] [--dtype native-q8]
+        [--json out.json]
+
+--dtype native / native-q8 read the demo's GGUF blocks as stored (the base from `eagle-trt demo-model --gguf-dir`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads (1: what each of the two engines gets when served on 2 cores)")
+    ap.add_argument("--dtype", default="int8", help="int8, float32, native or native-q8")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -29,13 +33,13 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from eagle_trt.demo_model import materialize_demo_base, shipped_draft_dir
+    from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
     from eagle_trt.datasets import encode_prompt, load_dataset
     from eagle_trt.runtime import EagleDecoder
     from eagle_trt.runtime.batching import Batcher, LoadPolicy
 
-    base = materialize_demo_base()
-    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype="int8", max_seq_len=1024)
+    base = materialize_demo_gguf_base() if args.dtype.startswith("native") else materialize_demo_base()
+    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:2", dtype=args.dtype, max_seq_len=1024)
     tok = AutoTokenizer.from_pretrained(str(base))
     prompts = [encode_prompt(tok, p.text, True) for p in load_dataset("calibration")[:16]]
     trees, batches = args.trees.split(";"), [int(b) for b in args.batches.split(",")]
@@ -62,7 +66,7 @@ def main() -> None:
     print("policy: " + ";".join(r["best"] for r in rows))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"max_tokens": args.max_tokens, "threads": args.threads, "rows": rows}, f, indent=2)
+            json.dump({"max_tokens": args.max_tokens, "threads": args.threads, "dtype": args.dtype, "rows": rows}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -185,6 +185,32 @@ def test_demo_q8_distributions_near_float32(demo, demo_q8):
     assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.95
 
 
+def test_native_q8_keeps_a_float16_cache(demo, demo_q8):
+    """native-q8 stores K/V in float16 (the base's and the C draft's caches): layer 0's K/V (computed before any
+    attention reads the cache) are the float32 path's rounded to nearest; native keeps float32."""
+    from eagle_trt.runtime.model import BaseCall
+
+    tok, native, _ = demo
+    base = demo_q8.base
+    assert base.cache.k.dtype == demo_q8.draft.cache.k.dtype == torch.float16
+    assert native.base.cache.k.dtype == native.draft.cache.k.dtype == torch.float32
+    ids = torch.tensor(_prompt(tok, 6)[:40])  # [40]
+    half = base.new_cache(64)
+    base.native.cache_dtype = torch.float32
+    try:
+        full = base.new_cache(64)
+        with torch.inference_mode():
+            base.forward_packed([BaseCall(ids, torch.arange(40), 0, cache=full)])
+    finally:
+        base.native.cache_dtype = torch.float16
+    with torch.inference_mode():
+        base.forward_packed([BaseCall(ids, torch.arange(40), 0, cache=half)])
+    assert full.k.dtype == torch.float32 and half.k.dtype == torch.float16
+    assert torch.equal(half.k[0, :, :40], full.k[0, :, :40].half())
+    assert torch.equal(half.v[0, :, :40], full.v[0, :, :40].half())
+    assert not half.k[0, :, 40:].any()  # nothing written past the rows
+
+
 @pytest.mark.parametrize("tree", ["chain:3", "dynamic:3,3,6", "auto-suffix"])
 def test_demo_eagle_equals_plain_exactly(demo, engine, tree):
     tok, _, _ = demo

@@ -26,6 +26,20 @@ def test_ratios_and_table():
     assert table[3].endswith("| 0.50x | NO |")
 
 
+def test_rounds_take_medians_and_show_each_rounds_ratio():
+    rows = []
+    for rnd, (e, b) in enumerate([(60.0, 40.0), (30.0, 50.0), (66.0, 60.0)]):
+        rows += [dict(_row("eagle_model", 2, "alone", 100.0 + rnd, e, ["a"]), round=rnd),
+                 dict(_row("base_model", 2, "alone", 200.0, b, ["a"] if rnd < 2 else ["z"]), round=rnd)]
+    (ratio,) = _ratios(rows)
+    assert ratio["rounds"] == 3 and ratio["eagle_tokens_per_s"] == 60.0 and ratio["base_tokens_per_s"] == 50.0
+    assert ratio["throughput_ratio"] == 60.0 / 50.0 and ratio["eagle_latency_p50_ms"] == 101.0
+    assert ratio["round_ratios"] == [1.5, 0.6, 1.1]
+    assert not ratio["identical"]  # round 3's base text differs
+    assert load_table({"ratios": [ratio]}).splitlines()[2] == \
+        "| 2 | alone | 101 / 202 | 200 / 400 | 60.0 | 50.0 | 1.20x (1.50 0.60 1.10) | NO |"
+
+
 def test_bad_levels_are_usage_errors(tmp_path):
     for value in ("1,x", "0,2"):
         result = CliRunner().invoke(main, ["perf", "load", str(tmp_path), "--concurrency", value])

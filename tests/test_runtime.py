@@ -48,6 +48,47 @@ def test_suffix_candidates_are_verified_and_accepted(tiny_base, eagle1_draft, pl
     assert without.num_suffix_tokens == 0
 
 
+def _drive(decoder, prompt, max_tokens):
+    """Run one request by hand: (its tokens, every DraftCall it made)."""
+    from eagle_trt.runtime.decoder import StepOutput
+
+    gen, tokens, calls = decoder.generate(prompt, max_tokens), [], []
+    with torch.inference_mode():
+        while True:
+            try:
+                item = gen.advance()
+            except StopIteration:
+                return tokens, calls
+            if isinstance(item, StepOutput):
+                tokens = tokens[:len(tokens) - item.retract] + item.token_ids
+            elif isinstance(item, DraftCall):
+                calls.append(item)
+                gen.answer(decoder.draft.forward_packed([item])[0])
+            else:
+                gen.answer(decoder.base.forward_packed([item], decoder.capture)[0])
+
+
+@pytest.mark.parametrize("tree", ["chain:3", "dynamic:3,4,10+suffix:2,6"])
+@pytest.mark.parametrize("draft_name", ["eagle1_draft", "eagle3_draft"])
+def test_draft_window_reads_sinks_and_latest_positions(request, tiny_base, plain_outputs, tree, draft_name):
+    """A draft window of 8 on a 25-token prompt: the draft's prompt pass reads positions 0-3 and 21-24 into slots
+    0-7, every later draft row keeps its true position 17 past its slot, and the output is plain decoding's."""
+    decoder = EagleDecoder.load(tiny_base, request.getfixturevalue(draft_name), tree=tree)
+    decoder.draft_window = 8
+    prompt = PROMPTS[0]
+    tokens, calls = _drive(decoder, prompt, 48)
+    assert tokens == plain_outputs[tuple(prompt)]
+    assert calls[0].positions.tolist() == [0, 1, 2, 3, 21, 22, 23, 24] and calls[0].start == 0
+    updates = [c for c in calls[1:] if c.mask is None]  # the accepted paths (trees carry a mask)
+    assert updates and all(c.positions.tolist() == list(range(c.start + 17, c.start + 17 + len(c.positions)))
+                           for c in updates)
+    if tree == "chain:3":  # one row per depth: row d sits at slot stable + d - 1, position 17 further
+        assert all(c.positions.tolist() == [c.start + 17] for c in calls[1:] if c.mask is not None)
+    whole = decoder.with_tree(tree)
+    whole.draft_window = 0
+    assert _drive(whole, prompt, 8)[1][0].positions.tolist() == list(range(25))
+
+
 def test_plain_decoding_equals_hf_transformers(tiny_base, plain_outputs):
     from transformers import AutoModelForCausalLM
 

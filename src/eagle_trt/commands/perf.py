@@ -95,10 +95,13 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
 @click.option("--requests-per-stream", type=click.IntRange(min=1), default=2, show_default=True,
               help="Requests per concurrent stream (level 8 sends 8x this many).")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per level and model, in turn (order flipped each round); the table shows medians and each "
+                   "round's eagle/base ratio.")
 @click.option("--mixed", is_flag=True, help="Also run both models at once, each at the level.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print load.json.")
-def perf_load_cmd(bundle, url, dataset, levels, requests_per_stream, max_tokens, mixed, out_dir, as_json):
+def perf_load_cmd(bundle, url, dataset, levels, requests_per_stream, max_tokens, rounds, mixed, out_dir, as_json):
     """eagle_model vs base_model under concurrent load: p50/p99 latency and tokens/s per concurrency level
     (writes load.json and load.md).
 
@@ -115,6 +118,7 @@ def perf_load_cmd(bundle, url, dataset, levels, requests_per_stream, max_tokens,
                                  param_hint="--concurrency") from None
     if min(parsed) < 1:
         raise click.BadParameter(f"levels must be >= 1, got {levels!r}", param_hint="--concurrency")
-    report = run_load(LoadRequest(bundle, url, dataset, parsed, requests_per_stream, max_tokens, mixed, out_dir),
+    report = run_load(LoadRequest(bundle, url, dataset, parsed, requests_per_stream, max_tokens, mixed, out_dir,
+                                  rounds=rounds),
                       echo=lambda msg: click.echo(msg, err=True))
     click.echo(json.dumps(report, indent=2) if as_json else load_table(report))

@@ -9,8 +9,9 @@
  *   computes on them up to the order of the float32 sum.
  * - Every output of every row is one dot product summed in one fixed order (2 x 16 lane accumulators, blocks in
  *   order, then a fixed reduction tree), whatever the number of rows, the row's place in the block or the
- *   thread that runs it. Attention sums a row's visible keys in key order in float32. So each row's result depends
- *   on that row alone: a tree-verify block computes each node exactly as a one-token decode step would, which keeps
+ *   thread that runs it. Attention sums a row's visible keys in key order in float32 (over a float32 cache, or a
+ *   float16 one under native-q8, as llama.cpp keeps it: K/V are rounded once, when stored, so every row that reads
+ *   a key reads the same value). So each row's result depends on that row alone: a tree-verify block computes each node exactly as a one-token decode step would, which keeps
  *   EAGLE's output identical to plain decoding on this engine.
  *
  * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off); the ctypes structs in
@@ -53,10 +54,11 @@ typedef struct {
 } Model;
 
 typedef struct {
-    float *k, *v;          /* the sequence's cache, [n_layers][kv_heads][max_len][head_dim] */
+    void *k, *v;           /* the sequence's cache, [n_layers][kv_heads][max_len][head_dim], float32 or float16 */
     int32_t max_len, start, rows;
     int32_t mask_cols;     /* rows: mask covers the block's keys, the prefix all visible; start + rows: every key */
     const uint8_t *mask;   /* [rows][mask_cols] the keys a row sees (1), or NULL: the prefix and the row itself */
+    int32_t half;          /* 1: the cache holds float16 (K/V rounded to nearest even when stored), 0: float32 */
 } Segment;
 
 static inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
@@ -197,6 +199,20 @@ static inline float dot16(const float *a, const float *b, int n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
+/* 16 cached values at row[i..i+16) as float32: float16 (HALF) or float32 storage. */
+static inline __attribute__((always_inline)) __m512 load_cached(const void *row, int i, const int HALF) {
+    if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+
+/* dot16 with b a cached key (float16 or float32 storage): the same fixed order. */
+static inline __attribute__((always_inline)) float dot16_cached(const float *a, const void *b, int n, const int HALF) {
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_cached(b, i, HALF), acc[j]);
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+}
+
 /* out [T][n] = x / rms(x) * weight, per row (weight NULL: out = x). */
 static void rms_norm(const float *x, const float *weight, int T, int n, float eps, float *out) {
     if (!weight) {
@@ -255,15 +271,28 @@ static void swiglu(float *g, const float *u, size_t n) {
 #define ATT_LANES 16 /* heads per attention pass x head_dim / 16: the value accumulators kept in registers */
 #endif
 
+#ifndef ATT_AHEAD
+#define ATT_AHEAD 8 /* cached keys (and values) fetched ahead of the one attended */
+#endif
+
+/* Fetch a cached key or value row of `bytes` into L1 (a prefetch past the cache's end is harmless: no fault). */
+static inline void prefetch_row(const void *row, int bytes) {
+    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+}
+
 /* One row's attention for query heads h0..h0+nh-1, which share one K/V head (GQA; nh * head_dim / 16 <= ATT_LANES),
  * over its visible keys (the cached prefix, then the block's keys its mask shows) gathered in key order into a
  * compact list, so a key's place in every sum is its rank among the row's visible keys: the same in a verify block as
  * in the plain decode step that would compute this row. Each head's softmax and weighted sum of values run in
  * float32, one fixed order; the heads of a group read each key and value once (a 4k context's float32 cache is
  * larger than L2: reading it once per group, not per head, is most of a long-context step).
- * q: the row's [heads][D]; out: the row's [heads][D]; scores [nh][stride], keys [stride] of scratch. */
-static void attend_row(const float *q, int nh, const float *kc, const float *vc, int D, const Segment *S, int row,
-                       float scale, float *scores, int stride, int32_t *keys, float *out) {
+ * q: the row's [heads][D]; out: the row's [heads][D]; scores [nh][stride], keys [stride] of scratch; kc, vc: the
+ * K/V head's cache rows, float16 (HALF) or float32. */
+static inline __attribute__((always_inline)) void attend_row(const float *q, int nh, const void *kc, const void *vc,
+                                                             int D, const Segment *S, int row, float scale,
+                                                             float *scores, int stride, int32_t *keys, float *out,
+                                                             const int HALF) {
+    const size_t row_bytes = (size_t)D * (HALF ? 2 : 4);
     const int start = S->start;
     const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
     int n = 0;
@@ -272,8 +301,10 @@ static void attend_row(const float *q, int nh, const float *kc, const float *vc,
                          : j < start ? 1 : mrow ? mrow[j - start] : j - start == row;
         if (!seen) continue;
         keys[n] = j;
-        const float *kj = kc + (size_t)j * D;
-        for (int h = 0; h < nh; h++) scores[(size_t)h * stride + n] = dot16(q + (size_t)h * D, kj, D) * scale;
+        const char *kj = (const char *)kc + j * row_bytes;
+        prefetch_row(kj + ATT_AHEAD * row_bytes, (int)row_bytes);
+        for (int h = 0; h < nh; h++)
+            scores[(size_t)h * stride + n] = dot16_cached(q + (size_t)h * D, kj, D, HALF) * scale;
         n++;
     }
     float inv[ATT_LANES];
@@ -298,15 +329,29 @@ static void attend_row(const float *q, int nh, const float *kc, const float *vc,
     __m512 acc[ATT_LANES];
     for (int i = 0; i < nh * L; i++) acc[i] = _mm512_setzero_ps();
     for (int j = 0; j < n; j++) {
-        const float *vj = vc + (size_t)keys[j] * D;
+        const char *vj = (const char *)vc + keys[j] * row_bytes;
+        if (j + ATT_AHEAD < n) prefetch_row((const char *)vc + keys[j + ATT_AHEAD] * row_bytes, (int)row_bytes);
+        __m512 vals[ATT_LANES / 2];  /* the value row once, for every head of the group (L <= 8) */
+        for (int i = 0; i < L; i++) vals[i] = load_cached(vj, i * 16, HALF);
         for (int h = 0; h < nh; h++) {
             const __m512 pv = _mm512_set1_ps(scores[(size_t)h * stride + j]);
-            for (int i = 0; i < L; i++) acc[h * L + i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vj + i * 16), acc[h * L + i]);
+            for (int i = 0; i < L; i++) acc[h * L + i] = _mm512_fmadd_ps(pv, vals[i], acc[h * L + i]);
         }
     }
     for (int h = 0; h < nh; h++)
         for (int i = 0; i < L; i++)
             _mm512_storeu_ps(out + (size_t)h * D + i * 16, _mm512_mul_ps(acc[h * L + i], _mm512_set1_ps(inv[h])));
+}
+
+/* A K or V row of D floats into the cache at value offset `slot`: float16 (rounded to nearest even) or float32. */
+static void store_cached(void *cache, size_t slot, const float *src, int D, int half) {
+    if (!half) {
+        memcpy((float *)cache + slot, src, D * sizeof(float));
+        return;
+    }
+    for (int i = 0; i < D; i += 16)
+        _mm256_storeu_si256((__m256i *)((uint16_t *)cache + slot + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 /* Rows [T] of several sequences (segments, back to back) through the model. x [T][hidden] holds the embeddings and
@@ -349,23 +394,29 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
         int row0 = 0;
         for (int s = 0; s < n_seg; s++) {
             const Segment *S = &segs[s];
-            const size_t layer_off = (size_t)l * nkv * S->max_len * D;
+            const size_t layer_off = (size_t)l * nkv * S->max_len * D;  /* in values */
             for (int t = 0; t < S->rows; t++)
                 for (int kh = 0; kh < nkv; kh++) {
                     const size_t slot = layer_off + ((size_t)kh * S->max_len + S->start + t) * D;
-                    memcpy(S->k + slot, k + ((size_t)(row0 + t) * nkv + kh) * D, D * sizeof(float));
-                    memcpy(S->v + slot, v + ((size_t)(row0 + t) * nkv + kh) * D, D * sizeof(float));
+                    store_cached(S->k, slot, k + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
+                    store_cached(S->v, slot, v + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
                 }
+            /* a K/V head's rows in turn: a verify block re-reads that head's cache while it is still in L2 */
 #pragma omp parallel for schedule(static) collapse(2)
-            for (int t = 0; t < S->rows; t++)
-                for (int pass = 0; pass < passes; pass++) {
+            for (int pass = 0; pass < passes; pass++)
+                for (int t = 0; t < S->rows; t++) {
                     const int kh = pass / per_kv, h0 = kh * group + (pass % per_kv) * heads_per_pass;
                     const int nq = group - (h0 - kh * group) < heads_per_pass ? group - (h0 - kh * group) : heads_per_pass;
-                    const size_t kv_off = layer_off + (size_t)kh * S->max_len * D;
+                    const size_t kv_off = (layer_off + (size_t)kh * S->max_len * D) * (S->half ? 2 : 4);  /* bytes */
                     float *mine = scores + (size_t)omp_get_thread_num() * (heads_per_pass + 1) * max_len;
-                    attend_row(q + ((size_t)(row0 + t) * nh + h0) * D, nq, S->k + kv_off, S->v + kv_off, D, S, t,
-                               scale, mine, max_len, (int32_t *)(mine + (size_t)heads_per_pass * max_len),
-                               att + ((size_t)(row0 + t) * nh + h0) * D);
+                    const float *qr = q + ((size_t)(row0 + t) * nh + h0) * D;
+                    float *outr = att + ((size_t)(row0 + t) * nh + h0) * D;
+                    int32_t *keys = (int32_t *)(mine + (size_t)heads_per_pass * max_len);
+                    const char *kc = (const char *)S->k + kv_off, *vc = (const char *)S->v + kv_off;
+                    if (S->half)
+                        attend_row(qr, nq, kc, vc, D, S, t, scale, mine, max_len, keys, outr, 1);
+                    else
+                        attend_row(qr, nq, kc, vc, D, S, t, scale, mine, max_len, keys, outr, 0);
                 }
             row0 += S->rows;
         }

@@ -21,6 +21,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.tuning import TUNE_BUDGET_S
 
 BACKOFF_ROW = " +backoff"  # appended to a setting's name: the same setting with runtime.backoff
+WHOLE_PROMPT_ROW = " +whole prompt"  # the same setting with its draft reading the whole prompt (no draft window)
 LLAMACPP_ROW = "llama.cpp plain"  # the row of llama.cpp's greedy decoding of the same prompts (perf.llamacpp)
 OTHER_PLAIN = "plain "  # + a dtype: plain decoding of the same base at another precision (BenchConfig.also_plain)
 
@@ -43,6 +44,7 @@ class BenchConfig:
     context: int | None = None  # prompts of about this many tokens from held-out text instead of the dataset
     also_plain: tuple[str, ...] = ()  # more plain rows: the same base at these precisions (e.g. int8 beside native)
     backoff: bool = False  # each EAGLE setting also runs with runtime.backoff (a row "<setting> +backoff")
+    whole_prompt: bool = False  # each EAGLE setting also runs with draft_window 0 (a row "<setting> +whole prompt")
 
     @property
     def max_seq_len(self) -> int | None:
@@ -213,6 +215,13 @@ def _add(r: dict, token_ids: list[int], elapsed: float, stats, category: str, tu
         sums[3] += sum(lengths)
 
 
+def _whole_prompt(decoder):
+    """The same decoder (model, tree, caches) with its draft reading every prompt position."""
+    whole = decoder.with_tree(decoder.tree)
+    whole.draft_window = 0
+    return whole
+
+
 def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
               progress=lambda done, total, what: None) -> dict:
     """Every setting runs each prompt in turn (interleaved, so machine noise hits all settings alike). With
@@ -232,6 +241,8 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
                 for name, (d, t) in settings.items()}
     if cfg.backoff:
         decoders |= {name + BACKOFF_ROW: decoders[name].with_backoff() for name in settings if name != "plain"}
+    if cfg.whole_prompt:
+        decoders |= {name + WHOLE_PROMPT_ROW: _whole_prompt(decoders[name]) for name in settings if name != "plain"}
     for dtype in cfg.also_plain:
         decoders[OTHER_PLAIN + dtype] = EagleDecoder.load(cfg.base, None, tree="chain:1", device=cfg.device, dtype=dtype,
                                                           max_seq_len=cfg.max_seq_len)

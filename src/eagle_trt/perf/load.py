@@ -1,7 +1,11 @@
 """`eagle-trt perf load`: eagle_model and base_model under concurrent load. AIPerf runs each model at each
 concurrency level (1, 2, 4, 8 by default) on the same prompts, greedy, streaming; `mixed` also runs both models at
 once, each at the level (what a server taking both kinds of traffic sees). Per run: p50/p99 request latency, p50
-time to first token, output tokens/s over the run, and eagle/base ratios; written as load.json and load.md."""
+time to first token, output tokens/s over the run, and eagle/base ratios; written as load.json and load.md.
+
+With `rounds` > 1 every level runs that many times, the two models in turn and the order flipped each round (so a
+machine that speeds up or slows down over minutes weighs on both alike); a level's figures are the medians over its
+rounds and its ratio the ratio of those medians, with each round's own ratio beside it."""
 
 from __future__ import annotations
 
@@ -31,13 +35,14 @@ class LoadRequest:
     max_tokens: int = 64
     mixed: bool = False
     out_dir: Path | None = None
+    rounds: int = 1  # runs per level and model, in turn
 
 
 def run_load(req: LoadRequest, echo=print) -> dict:
-    if not req.levels or min(req.levels) < 1 or req.requests_per_stream < 1 or req.max_tokens < 1:
+    if not req.levels or min(req.levels) < 1 or min(req.requests_per_stream, req.max_tokens, req.rounds) < 1:
         raise EagleTrtError(f"invalid load settings: levels {list(req.levels)}, requests per stream "
-                            f"{req.requests_per_stream}, max tokens {req.max_tokens}",
-                            "levels, requests per stream and max tokens must be >= 1")
+                            f"{req.requests_per_stream}, max tokens {req.max_tokens}, rounds {req.rounds}",
+                            "levels, requests per stream, max tokens and rounds must be >= 1")
     spec = BuildSpec.load(req.bundle)
     prompts = load_dataset(req.dataset)
     out_dir = req.out_dir or req.bundle / "perf"
@@ -58,16 +63,20 @@ def run_load(req: LoadRequest, echo=print) -> dict:
                                   run_dir / f"{tag}-{model}.log", cumulative=get(spec.engine).cumulative_text,
                                   perf_metrics=get(spec.engine).acceptance_figures(spec), concurrency=level)
 
-            for model in MODELS:
-                echo(f"AIPerf: {model} at concurrency {level}, {n} requests x {req.max_tokens} tokens ...")
-                rows.append(_row(one(model, f"c{level}"), level, "alone"))
-            if req.mixed:
-                echo(f"AIPerf: both models at once, each at concurrency {level} ...")
-                with ThreadPoolExecutor(len(MODELS)) as pool:
-                    runs = list(pool.map(lambda m: one(m, f"c{level}-mixed"), MODELS))
-                rows += [_row(r, level, "mixed") for r in runs]
+            for rnd in range(req.rounds):
+                tag = f"c{level}" if req.rounds == 1 else f"c{level}-r{rnd}"
+                for model in MODELS if rnd % 2 == 0 else MODELS[::-1]:
+                    echo(f"AIPerf: {model} at concurrency {level}, {n} requests x {req.max_tokens} tokens"
+                         f"{'' if req.rounds == 1 else f', round {rnd + 1}/{req.rounds}'} ...")
+                    rows.append(_row(one(model, tag), level, "alone", rnd))
+                if req.mixed:
+                    echo(f"AIPerf: both models at once, each at concurrency {level} ...")
+                    with ThreadPoolExecutor(len(MODELS)) as pool:
+                        runs = list(pool.map(lambda m, tag=tag: one(m, f"{tag}-mixed"), MODELS))
+                    rows += [_row(r, level, "mixed", rnd) for r in runs]
     report = {"settings": {"dataset": req.dataset, "levels": list(req.levels), "max_tokens": req.max_tokens,
-                           "requests_per_stream": req.requests_per_stream, "mixed": req.mixed, "engine": spec.engine,
+                           "requests_per_stream": req.requests_per_stream, "rounds": req.rounds, "mixed": req.mixed,
+                           "engine": spec.engine,
                            "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
                            "run_dir": str(run_dir)},
               "rows": rows, "ratios": _ratios(rows)}
@@ -76,42 +85,61 @@ def run_load(req: LoadRequest, echo=print) -> dict:
     return report
 
 
-def _row(run: RunResult, level: int, mode: str) -> dict:
+def _row(run: RunResult, level: int, mode: str, rnd: int = 0) -> dict:
     s = run.summary
     latency, ttft = s.get("request_latency") or {}, s.get("time_to_first_token") or {}
-    return {"model": run.model, "concurrency": level, "mode": mode, "requests": len(run.requests),
+    return {"model": run.model, "concurrency": level, "mode": mode, "round": rnd, "requests": len(run.requests),
             "latency_p50_ms": latency.get("p50"), "latency_p99_ms": latency.get("p99"),
             "ttft_p50_ms": ttft.get("p50"),
             "output_tokens_per_s": (s.get("output_token_throughput") or {}).get("avg"),
             "texts": [r.text for r in run.requests]}
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _ratios(rows: list[dict]) -> list[dict]:
-    """eagle/base per (level, mode): throughput ratio (> 1: EAGLE serves more) and p50 latency ratio (< 1: faster),
-    and whether the greedy texts were identical prompt for prompt."""
+    """eagle/base per (level, mode) over its rounds: each model's median tokens/s and p50/p99 latency, the
+    throughput ratio of the medians (> 1: EAGLE serves more), each round's own ratio, the p50 latency ratio (< 1:
+    faster), and whether the greedy texts were identical prompt for prompt in every round."""
     out = []
     for level, mode in dict.fromkeys((r["concurrency"], r["mode"]) for r in rows):
-        pair = {r["model"]: r for r in rows if (r["concurrency"], r["mode"]) == (level, mode)}
-        eagle, base = pair.get("eagle_model"), pair.get("base_model")
-        if not eagle or not base or not base["output_tokens_per_s"] or not base["latency_p50_ms"]:
+        runs = {m: {r.get("round", 0): r for r in rows if (r["concurrency"], r["mode"], r["model"]) == (level, mode, m)}
+                for m in ("eagle_model", "base_model")}
+        eagle, base = runs["eagle_model"], runs["base_model"]
+        both = sorted(set(eagle) & set(base))
+        if not both or not all(base[i]["output_tokens_per_s"] and base[i]["latency_p50_ms"] for i in both):
             continue
-        out.append({"concurrency": level, "mode": mode,
-                    "throughput_ratio": eagle["output_tokens_per_s"] / base["output_tokens_per_s"],
-                    "p50_latency_ratio": eagle["latency_p50_ms"] / base["latency_p50_ms"],
-                    "identical": sorted(eagle["texts"]) == sorted(base["texts"])})
+        med = {name: {key: _median([run[i][key] for i in both]) for key in
+                      ("output_tokens_per_s", "latency_p50_ms", "latency_p99_ms")}
+               for name, run in (("eagle", eagle), ("base", base))}
+        out.append({"concurrency": level, "mode": mode, "rounds": len(both),
+                    "eagle_tokens_per_s": med["eagle"]["output_tokens_per_s"],
+                    "base_tokens_per_s": med["base"]["output_tokens_per_s"],
+                    "eagle_latency_p50_ms": med["eagle"]["latency_p50_ms"],
+                    "eagle_latency_p99_ms": med["eagle"]["latency_p99_ms"],
+                    "base_latency_p50_ms": med["base"]["latency_p50_ms"],
+                    "base_latency_p99_ms": med["base"]["latency_p99_ms"],
+                    "throughput_ratio": med["eagle"]["output_tokens_per_s"] / med["base"]["output_tokens_per_s"],
+                    "round_ratios": [eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both],
+                    "p50_latency_ratio": med["eagle"]["latency_p50_ms"] / med["base"]["latency_p50_ms"],
+                    "identical": all(sorted(eagle[i]["texts"]) == sorted(base[i]["texts"]) for i in both)})
     return out
 
 
 def load_table(report: dict) -> str:
-    """Markdown: one line per (level, mode) with both models side by side."""
+    """Markdown: one line per (level, mode) with both models side by side (medians over the rounds, and each
+    round's ratio when there were several)."""
     lines = ["| concurrency | mode | eagle p50 / p99 ms | base p50 / p99 ms | eagle tok/s | base tok/s | "
              "eagle/base tok/s | identical |", "|---|---|---|---|---|---|---|---|"]
-    rows = {(r["concurrency"], r["mode"], r["model"]): r for r in report["rows"]}
-    for ratio in report["ratios"]:
-        e = rows[(ratio["concurrency"], ratio["mode"], "eagle_model")]
-        b = rows[(ratio["concurrency"], ratio["mode"], "base_model")]
-        lines.append(f"| {ratio['concurrency']} | {ratio['mode']} | {e['latency_p50_ms']:.0f} / "
-                     f"{e['latency_p99_ms']:.0f} | {b['latency_p50_ms']:.0f} / {b['latency_p99_ms']:.0f} | "
-                     f"{e['output_tokens_per_s']:.1f} | {b['output_tokens_per_s']:.1f} | "
-                     f"{ratio['throughput_ratio']:.2f}x | {'yes' if ratio['identical'] else 'NO'} |")
+    for r in report["ratios"]:
+        per_round = "" if len(r.get("round_ratios", [])) < 2 else \
+            " (" + " ".join(f"{x:.2f}" for x in r["round_ratios"]) + ")"
+        lines.append(f"| {r['concurrency']} | {r['mode']} | {r['eagle_latency_p50_ms']:.0f} / "
+                     f"{r['eagle_latency_p99_ms']:.0f} | {r['base_latency_p50_ms']:.0f} / "
+                     f"{r['base_latency_p99_ms']:.0f} | {r['eagle_tokens_per_s']:.1f} | {r['base_tokens_per_s']:.1f} | "
+                     f"{r['throughput_ratio']:.2f}x{per_round} | {'yes' if r['identical'] else 'NO'} |")
     return "\n".join(lines)

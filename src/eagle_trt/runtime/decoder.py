@@ -24,7 +24,7 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
-from eagle_trt.runtime.drafting import StaticPlan, dynamic_tree, root_only, static_tree
+from eagle_trt.runtime.drafting import DRAFT_WINDOW, StaticPlan, draft_rows, dynamic_tree, root_only, static_tree
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
                                       torch_dtype)
@@ -170,6 +170,7 @@ class EagleDecoder:
         self.precision = "float32"  # set by load(): float32 | float16 | bfloat16 | int8
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
+        self.draft_window = DRAFT_WINDOW  # prompt positions the draft reads (0: all of them)
         self.step_times: StepTimes | None = None  # the backoff's step times, shared by this decoder's requests
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
@@ -237,7 +238,7 @@ class EagleDecoder:
         tree_cfg = resolve(tree)
         decoder = type(self)(self.base, self.draft if speculative else None, self.base_spec, tree_cfg, self.device,
                             self.max_seq_len)
-        decoder.precision, decoder.backoff = self.precision, self.backoff
+        decoder.precision, decoder.backoff, decoder.draft_window = self.precision, self.backoff, self.draft_window
         if self.backoff is not None:  # step times belong to a tree: this decoder's requests share their own
             decoder.step_times = StepTimes(self.backoff.alpha)
         return decoder
@@ -254,7 +255,7 @@ class EagleDecoder:
         """Another decoder over the same loaded base (and its cache) with `draft` in place of this one's: a draft
         head built elsewhere (a trained candidate, a test's oracle). Requests must not run on both at once."""
         decoder = type(self)(self.base, draft, self.base_spec, self.tree, self.device, self.max_seq_len)
-        decoder.precision, decoder.backoff = self.precision, self.backoff
+        decoder.precision, decoder.backoff, decoder.draft_window = self.precision, self.backoff, self.draft_window
         return decoder
 
     # ---- public API ---------------------------------------------------------------------------------------------
@@ -306,11 +307,14 @@ class EagleDecoder:
         if sam is not None:
             sam.extend_all(prompt + [root])
         update = None  # the draft rows the last base forward gives: the prompt (shifted by one), then accepted paths
+        skipped = 0  # prompt positions the draft does not read: its cache slot of position p is p - skipped
         if self.draft is not None:
+            rows = draft_rows(len(prompt), self.draft_window, self.device)  # [W] prompt positions
+            skipped = len(prompt) - rows.numel()
             shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))  # [P]
-            update = DraftCall(shifted, self.draft.base_features(hidden, captured),
-                               torch.arange(len(prompt), device=self.device), 0, draft_cache,
-                               top_k=self._root_k(), last_only=True)
+            update = DraftCall(shifted[rows], self.draft.base_features(
+                hidden[rows], captured[rows] if captured is not None else None), rows, 0, draft_cache,
+                top_k=self._root_k(), last_only=True)
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
@@ -334,7 +338,7 @@ class EagleDecoder:
                     t0, t_prefill = clock.mark(), t0
                     clock.add(stats, "prefill_time_s", t_prefill, t0)
                     step_start = time.perf_counter()
-                tree = yield from self._tree_steps(root, root_draft, length, draft_cache)
+                tree = yield from self._tree_steps(root, root_draft, length, skipped, draft_cache)
             drafted = tree.num_draft_tokens
             if sam is not None and speculate:
                 merged = merge_chain(tree, sam.propose(suffix.min_match, suffix.max_tokens))
@@ -364,8 +368,8 @@ class EagleDecoder:
             if self.draft is not None:
                 feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
                 pos = torch.arange(length, length + len(path), device=self.device)  # [A]
-                step_update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length, draft_cache,
-                                        top_k=self._root_k(), last_only=True)
+                step_update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length - skipped,
+                                        draft_cache, top_k=self._root_k(), last_only=True)
                 update = step_update if update is None else joined(update, step_update)  # after plain steps
             if policy is not None:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
@@ -380,12 +384,14 @@ class EagleDecoder:
         """The top-k of the root's draft output that depth 1 of this decoder's tree reads."""
         return self.plan.root_k if self.plan is not None else self.tree.top_k
 
-    def _tree_steps(self, root: int, root_draft: DraftOut, length: int, draft_cache):
-        """The draft tree's generator (static or dynamic) over this request's draft cache."""
+    def _tree_steps(self, root: int, root_draft: DraftOut, length: int, skipped: int, draft_cache):
+        """The draft tree's generator (static or dynamic) over this request's draft cache, whose slots run
+        `skipped` behind the positions (the prompt positions the draft did not read)."""
         if self.plan is not None:
-            return static_tree(self.plan, root, root_draft, length, draft_cache)
+            return static_tree(self.plan, root, root_draft, length - skipped, draft_cache, skipped)
         t = self.tree
-        return dynamic_tree(t.depth, t.top_k, t.total_tokens, root, root_draft, length, draft_cache)
+        return dynamic_tree(t.depth, t.top_k, t.total_tokens, root, root_draft, length - skipped, draft_cache,
+                            skipped)
 
     @staticmethod
     def _sample(logits: torch.Tensor, sampling: SamplingParams, gen: torch.Generator) -> int:

@@ -67,16 +67,20 @@ class DraftHead(nn.Module):
     native = None  # runtime.native.NativeDraft: the layer and head run in C (precisions native, native-q8)
 
     def setup_cache(self, max_len: int) -> None:
-        if self.cache is not None and self.cache.max_len >= max_len:
-            return
         p = self.embed_tokens.weight  # float (fc may be an Int8Linear)
+        if self.cache is not None and self.cache.max_len >= max_len and self.cache.k.dtype == self.cache_dtype():
+            return
         self.cache = self.new_cache(max_len)
         self.rope = Rope(self.args, max_len, p.dtype, p.device)
 
     def new_cache(self, max_len: int) -> KVCache:
         """A one-layer KV cache for a request (several run at once in runtime.batching)."""
-        p = self.embed_tokens.weight
-        return KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, p.dtype, p.device)
+        return KVCache(1, self.args.num_key_value_heads, max_len, self.args.head_dim, self.cache_dtype(),
+                       self.embed_tokens.weight.device)
+
+    def cache_dtype(self) -> torch.dtype:
+        """The C layer's own (runtime.native), else the embeddings' (float; fc may be an Int8Linear)."""
+        return self.native.cache_dtype if self.native is not None else self.embed_tokens.weight.dtype
 
     def base_features(self, hidden: torch.Tensor, captured: torch.Tensor | None) -> torch.Tensor:
         """[T, H] feature per base-processed position, from the base forward's outputs."""

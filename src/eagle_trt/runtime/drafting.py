@@ -21,6 +21,12 @@ from eagle_trt.runtime.draft import DraftCall, DraftHead, DraftOut
 from eagle_trt.runtime.model import KVCache
 from eagle_trt.tree import Tree, ancestor_mask, pack_mask
 
+# The prompt positions the draft reads of a longer prompt: the first DRAFT_SINK (attention sinks, StreamingLLM) and
+# the most recent ones, DRAFT_WINDOW in all (MagicDec drafts over such a window). A draft pass over a whole 4k prompt
+# costs ~4 % of the base's prefill, more than EAGLE saves on a short answer; text from further back still reaches the
+# tree through the suffix candidates, which index the whole prompt. Lossless either way: the base verifies.
+DRAFT_SINK, DRAFT_WINDOW = 4, 256
+
 
 @dataclass(frozen=True)
 class TreeShape:
@@ -81,6 +87,16 @@ class DraftTree:
 
 
 _ROOT_SHAPES: dict[str, TreeShape] = {}  # device -> the bare root's shape, built once
+
+
+def draft_rows(prompt_len: int, window: int, device) -> torch.Tensor:
+    """The prompt positions [W] the draft reads: all of a prompt up to `window` (0: any prompt), else its first
+    DRAFT_SINK and its most recent positions, `window` in all."""
+    if not window or prompt_len <= window:
+        return torch.arange(prompt_len, device=device)
+    sink = min(DRAFT_SINK, window // 2)
+    return torch.cat((torch.arange(sink, device=device),
+                      torch.arange(prompt_len - (window - sink), prompt_len, device=device)))
 
 
 def root_only(root: int, device) -> DraftTree:
@@ -171,10 +187,11 @@ class StaticPlan:
 
 
 def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
-                cache: KVCache | None) -> Generator[DraftCall, DraftOut, DraftTree]:
+                cache: KVCache | None, skipped: int = 0) -> Generator[DraftCall, DraftOut, DraftTree]:
     """Fill a static tree: each node takes the rank-r token of its parent's draft distribution. A generator: it
     yields one DraftCall per depth that has nodes with children (answered by `send`) and returns the DraftTree.
-    root_draft: the root's draft output [1, H] with its top-`plan.root_k`."""
+    root_draft: the root's draft output [1, H] with its top-`plan.root_k`; stable: the draft cache's committed
+    slots, whose positions run `skipped` ahead (prompt positions the draft did not read)."""
     device = root_draft.out.device
     tokens = torch.empty(len(plan.parents), dtype=torch.long, device=device)  # [N+1]
     tokens[0] = root
@@ -185,7 +202,7 @@ def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
             break  # a depth without children is the last
         t = len(step.expand)
         mask = torch.cat((torch.ones(t, stable, dtype=torch.bool, device=device), step.tree_mask), dim=1)
-        pos = torch.full((t,), stable + depth - 1, dtype=torch.long, device=device)  # [t]
+        pos = torch.full((t,), skipped + stable + depth - 1, dtype=torch.long, device=device)  # [t]
         feats = prev.out[step.feat_rows]  # [t, H]
         prev = yield DraftCall(tokens[step.expand], feats, pos, stable + step.rows_before, cache, mask,
                                top_k=plan.steps[depth].k)
@@ -193,10 +210,10 @@ def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
 
 
 def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draft: DraftOut, stable: int,
-                 cache: KVCache | None) -> Generator[DraftCall, DraftOut, DraftTree]:
+                 cache: KVCache | None, skipped: int = 0) -> Generator[DraftCall, DraftOut, DraftTree]:
     """EAGLE-2: expand the top_k best frontier nodes `depth` times by cumulative log-prob, then keep the
     `total_tokens` best of the pool (a connected subtree: a child never scores above its parent). A generator like
-    `static_tree` (one DraftCall per depth); root_draft carries the root's top-`top_k`. One transfer to the host per
+    `static_tree` (one DraftCall per depth; stable and skipped as there); root_draft carries the root's top-`top_k`. One transfer to the host per
     depth (the frontier) and one at the end (the kept nodes)."""
     root_out = root_draft.out  # [1, H]
     device = root_out.device
@@ -211,7 +228,7 @@ def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draf
         nodes = frontier.tolist()  # the step's one transfer to the host
         mask = rows.mask([x + 1 for x in nodes], [pool_parent[x] + 1 for x in nodes])
         start = stable + len(rows.row_of) - len(nodes)
-        pos = torch.full((len(nodes),), stable + step, dtype=torch.long, device=device)  # [k]
+        pos = torch.full((len(nodes),), skipped + stable + step, dtype=torch.long, device=device)  # [k]
         ids = torch.cat(pool_tokens)[frontier]  # [k]
         answer = yield DraftCall(ids, frontier_feats, pos, start, cache, mask, top_k=top_k)
         out, cs, ct = answer.out, answer.scores, answer.ids  # [k, H], [k, k], [k, k]

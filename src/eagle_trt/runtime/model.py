@@ -300,7 +300,7 @@ class Llama(nn.Module):
 
     def setup_cache(self, max_len: int) -> None:
         """Allocate the KV cache once; a call asking for no more than what exists is a no-op."""
-        if self.cache is not None and self.cache.max_len >= max_len:
+        if self.cache is not None and self.cache.max_len >= max_len and self.cache.k.dtype == self.cache_dtype():
             return
         self.cache = self.new_cache(max_len)
         self.rope = Rope(self.args, max_len, self.embed_tokens.weight.dtype, self.embed_tokens.weight.device)
@@ -360,9 +360,15 @@ class Llama(nn.Module):
 
     def new_cache(self, max_len: int) -> KVCache:
         """A KV cache like the model's own, for another sequence (packed forwards take one per sequence)."""
-        a, p = self.args, self.embed_tokens.weight
-        cache_dtype = torch.float64 if self.batch_invariant and self.native is None else p.dtype  # exact_attention
-        return KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, cache_dtype, p.device)
+        a = self.args
+        return KVCache(a.num_hidden_layers, a.num_key_value_heads, max_len, a.head_dim, self.cache_dtype(),
+                       self.embed_tokens.weight.device)
+
+    def cache_dtype(self) -> torch.dtype:
+        """float64 for exact_attention (int8 linears), the native forward's own, else the weights' dtype."""
+        if self.native is not None:
+            return self.native.cache_dtype
+        return torch.float64 if self.batch_invariant else self.embed_tokens.weight.dtype
 
     def hf_name_map(self) -> dict[str, str]:
         """our parameter name -> HF checkpoint name, for every parameter this model has (biases and q/k norms

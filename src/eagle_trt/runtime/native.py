@@ -50,7 +50,7 @@ class CModel(ctypes.Structure):
 class CSegment(ctypes.Structure):
     _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p), ("max_len", ctypes.c_int32),
                 ("start", ctypes.c_int32), ("rows", ctypes.c_int32), ("mask_cols", ctypes.c_int32),
-                ("mask", ctypes.c_void_p)]
+                ("mask", ctypes.c_void_p), ("half", ctypes.c_int32)]
 
 
 # our module path of each C linear, per layer, and its HF checkpoint name
@@ -91,6 +91,9 @@ class NativeWeights:
     def __init__(self, q8_activations: bool):
         self.lib = load_cpu_forward()
         self.q8_activations = q8_activations
+        # native-q8 keeps K/V in float16 (half the bytes a long context's step reads; llama.cpp's default cache),
+        # native in float32: what the dequantized reference computes
+        self.cache_dtype = torch.float16 if q8_activations else torch.float32
         self.keep: list = []  # every buffer a C pointer refers to
         self.scratch: torch.Tensor | None = None
 
@@ -135,13 +138,14 @@ class NativeWeights:
         segs = (CSegment * len(parts))()
         masks = []  # alive until the C call returns
         for i, (cache, start, rows, mask, whole) in enumerate(parts):
-            if cache.k.dtype != torch.float32 or not cache.k.is_contiguous():
-                raise EagleTrtError("the native forward needs a contiguous float32 KV cache",
-                                    "make caches with Llama.new_cache")
+            if cache.k.dtype != self.cache_dtype or not cache.k.is_contiguous():
+                raise EagleTrtError(f"the native forward needs a contiguous {self.cache_dtype} KV cache, got "
+                                    f"{cache.k.dtype}", "make caches with Llama.new_cache / DraftHead.new_cache")
             mask = None if mask is None else mask.to(torch.uint8).contiguous()
             masks.append(mask)
             segs[i] = CSegment(cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, start, rows,
-                               start + rows if whole else rows, None if mask is None else mask.data_ptr())
+                               start + rows if whole else rows, None if mask is None else mask.data_ptr(),
+                               int(cache.k.dtype == torch.float16))
         return segs, masks
 
     def _scratch(self, t: int, segs) -> torch.Tensor:
