@@ -18,10 +18,11 @@ PLAIN = "none"  # the policy entry for plain decoding
 # batches 2..8 chain:2, larger chain:1. Measured (docs/results/2026-11-24-serving/batch_policy.json, 1 thread, SmolLM2
 # int8): aggregate tok/s chain:2 / plain = 50.5/35.4 at batch 1, 79.5/55.6 at 2, 72.0/63.6 at 4, 71.5/67.3 at 8
 AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
-# the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batch 2
-# chain:1, larger plain. Measured (perf load through Triton, SmolLM2 Q4_1 native-q8, docs/native_cpu.md): with the
-# int8 tail eagle/base tok/s was 1.01x / 0.93x / 0.81x at 2 / 4 / 8 streams; plain from batch 3 on, 1.12x / 1.00x / 0.96x
-AUTO_TAIL_NATIVE = ("chain:1", PLAIN)
+# the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batches
+# 2-3 chain:2, larger plain. Measured (docs/results/2026-11-27-kv16/batch_policy.json, 1 thread, SmolLM2 Q4_1
+# native-q8, float16 cache): aggregate tok/s chain:2 / plain = 176.5/171.7 at batch 1, 280.1/259.0 at 2, 284.2/258.7
+# at 3, 260.6/300.3 at 4, 234.2/272.7 at 8
+AUTO_TAIL_NATIVE = ("chain:2", "chain:2", PLAIN)
 
 
 @dataclass(frozen=True)
