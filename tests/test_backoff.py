@@ -115,6 +115,41 @@ def test_output_equals_plain_and_the_draft_catches_up(native_demo):
     assert sum(alt_tau) / 2 > 0.8 * sum(spec_only_tau) / 2  # a stale draft cache would collapse this
 
 
+class EveryFourth(Alternate):
+    """A test policy: one speculative step, then three plain ones."""
+
+    def speculate(self) -> bool:
+        self.n += 1
+        return self.n % 4 == 1
+
+
+def test_a_speculative_step_is_timed_without_the_drafts_catch_up():
+    """After plain steps the draft catches up on their positions in one call; that call is what the plain stretch
+    skipped, not what a speculative step costs, so the backoff's speculative step time leaves it out (else each
+    probe after a longer stretch would look slower, and plain would keep winning)."""
+    import time
+
+    from runtime_helpers import tiny_decoder
+
+    eagle = tiny_decoder("chain:2").with_backoff(EveryFourth())
+    draft_forward = eagle.draft.forward_packed
+    caught_up = []
+
+    def slow_catch_up(calls):
+        if any(c.mask is None and 3 < c.input_ids.shape[0] < 6 for c in calls):  # 3 plain positions + a path
+            caught_up.append(True)
+            time.sleep(0.2)
+        return draft_forward(calls)
+
+    eagle.draft.forward_packed = slow_catch_up
+    policy = eagle.backoff.start()
+    times = []
+    policy.record = lambda spec, tokens, seconds: times.append((spec, seconds))
+    eagle.backoff = type("Fixed", (), {"start": lambda self, _times=None: policy})()
+    eagle.generate_all(list(range(1, 7)), 40)
+    assert caught_up and max(s for spec, s in times if spec) < 0.1
+
+
 def test_a_useless_draft_runs_mostly_plain_steps():
     from runtime_helpers import tiny_decoder
 

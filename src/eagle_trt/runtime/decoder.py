@@ -318,6 +318,7 @@ class EagleDecoder:
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
+        last_path = 0  # positions the last verify step accepted: the draft's update rows when it did not fall behind
         policy = self.backoff.start(self.step_times) if self.backoff is not None and self.draft is not None else None
         while True:
             step, reason, retract = stops.cut(out_tokens, committed, max_new_tokens)
@@ -333,11 +334,13 @@ class EagleDecoder:
                 tree = root_only(root, self.device)
             else:
                 root_draft = yield update  # the root's draft output [1, H] and its top-k
-                update = None
                 if stats.steps == 0:  # the draft's pass over the prompt: prefill
                     t0, t_prefill = clock.mark(), t0
                     clock.add(stats, "prefill_time_s", t_prefill, t0)
                     step_start = time.perf_counter()
+                elif update.input_ids.shape[0] > last_path:  # the draft caught up on plain steps' positions:
+                    step_start = time.perf_counter()  # their cost is not a speculative step's (backoff's timing)
+                update = None
                 tree = yield from self._tree_steps(root, root_draft, length, skipped, draft_cache)
             drafted = tree.num_draft_tokens
             if sam is not None and speculate:
@@ -375,6 +378,7 @@ class EagleDecoder:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
                 stats.num_plain_steps += not speculate
             length += len(path)
+            last_path = len(path)
             root = accepted.bonus
             clock.add(stats, "draft_time_s", t0, t1)
             clock.add(stats, "verify_time_s", t1, clock.mark())
