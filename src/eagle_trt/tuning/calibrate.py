@@ -122,9 +122,12 @@ def _interleaved(decoders, prompts, max_tokens) -> list[tuple[float, float]]:
 
 
 def _code_digest() -> str:
-    """The runtime's and the tuner's source: a change to either can move every cost, so it re-tunes."""
+    """The runtime's, the native CPU kernel's and the tuner's source: a change to any can move every cost, so it
+    re-tunes."""
     here = Path(__file__).resolve().parent  # the tuning package
-    files = sorted((here.parent / "runtime").glob("*.py")) + sorted(here.glob("*.py"))
+    kernels = here.parent / "kernels"
+    files = (sorted((here.parent / "runtime").glob("*.py")) + sorted(here.glob("*.py"))
+             + sorted(kernels.glob("cpu_*.c")) + sorted(kernels.glob("cpu_*.h")))
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
