@@ -30,6 +30,7 @@ from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, r
                                       torch_dtype)
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.native import BLOCK_TYPES
+from eagle_trt.runtime.step_clock import StepClock
 from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, greedy_ids, sampling_probs
@@ -86,39 +87,6 @@ class GenerationResult:
     finish_reason: str
     stats: GenerationStats
     text: str | None = None
-
-
-class StepClock:
-    """Times a request's phases into its GenerationStats: wall time on the CPU; on CUDA, events read without a
-    synchronize per step (an interval is added once its end event has completed; all of them by the last step)."""
-
-    def __init__(self, device: str):
-        self.cuda = device.startswith("cuda")
-        self.pending: list[tuple[str, object, object]] = []  # (stats field, start event, end event)
-
-    def mark(self):
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def add(self, stats: GenerationStats, field_name: str, start, end) -> None:
-        if self.cuda:
-            self.pending.append((field_name, start, end))
-        else:
-            setattr(stats, field_name, getattr(stats, field_name) + end - start)
-
-    def settle(self, stats: GenerationStats, wait: bool = False) -> None:
-        if wait and self.pending:
-            self.pending[-1][2].synchronize()
-        waiting = []
-        for field_name, start, end in self.pending:
-            if end.query():
-                setattr(stats, field_name, getattr(stats, field_name) + start.elapsed_time(end) / 1000.0)
-            else:
-                waiting.append((field_name, start, end))
-        self.pending = waiting
 
 
 class Generation:
@@ -318,7 +286,7 @@ class EagleDecoder:
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
         length = len(prompt)  # tokens in the base cache (the root is not yet in it)
-        last_path = 0  # positions the last verify step accepted: the draft's update rows when it did not fall behind
+        pending = []  # (tokens, hidden [A, H], captured [A, n*H] or None, first position) per step the draft has not read
         policy = self.backoff.start(self.step_times) if self.backoff is not None and self.draft is not None else None
         while True:
             step, reason, retract = stops.cut(out_tokens, committed, max_new_tokens)
@@ -333,13 +301,17 @@ class EagleDecoder:
             if not speculate:
                 tree = root_only(root, self.device)
             else:
+                caught_up = len(pending) > 1 or (update is not None and stats.steps > 0)  # after plain steps
+                if pending:
+                    update = self._draft_update(update, pending, skipped, draft_cache)
+                    pending = []
                 root_draft = yield update  # the root's draft output [1, H] and its top-k
                 if stats.steps == 0:  # the draft's pass over the prompt: prefill
                     t0, t_prefill = clock.mark(), t0
                     clock.add(stats, "prefill_time_s", t_prefill, t0)
                     step_start = time.perf_counter()
-                elif update.input_ids.shape[0] > last_path:  # the draft caught up on plain steps' positions:
-                    step_start = time.perf_counter()  # their cost is not a speculative step's (backoff's timing)
+                elif caught_up:  # the draft's catch-up on plain steps' positions is not a speculative step's cost
+                    step_start = time.perf_counter()  # (the backoff's timing)
                 update = None
                 tree = yield from self._tree_steps(root, root_draft, length, skipped, draft_cache)
             drafted = tree.num_draft_tokens
@@ -368,17 +340,12 @@ class EagleDecoder:
             if sam is not None:
                 stats.num_accepted_suffix_tokens += sum(1 for node in path if node > drafted)
                 sam.extend_all(committed)
-            if self.draft is not None:
-                feats = self.draft.base_features(hidden[sel], captured[sel] if captured is not None else None)
-                pos = torch.arange(length, length + len(path), device=self.device)  # [A]
-                step_update = DraftCall(torch.tensor(committed, device=self.device), feats, pos, length - skipped,
-                                        draft_cache, top_k=self._root_k(), last_only=True)
-                update = step_update if update is None else joined(update, step_update)  # after plain steps
+            if self.draft is not None:  # read at the next draft call (a plain step only keeps them: cheap)
+                pending.append((committed, hidden[sel], captured[sel] if captured is not None else None, length))
             if policy is not None:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
                 stats.num_plain_steps += not speculate
             length += len(path)
-            last_path = len(path)
             root = accepted.bonus
             clock.add(stats, "draft_time_s", t0, t1)
             clock.add(stats, "verify_time_s", t1, clock.mark())
@@ -387,6 +354,20 @@ class EagleDecoder:
     def _root_k(self) -> int:
         """The top-k of the root's draft output that depth 1 of this decoder's tree reads."""
         return self.plan.root_k if self.plan is not None else self.tree.top_k
+
+    def _draft_update(self, update: DraftCall | None, pending: list[tuple], skipped: int, draft_cache) -> DraftCall:
+        """One draft call over the accepted rows the draft has not read: the last step's path, or every step's since
+        it last ran (plain steps), after `update` (the prompt's, not yet run) when there is one."""
+        tokens = [t for step in pending for t in step[0]]
+        hidden = torch.cat([step[1] for step in pending]) if len(pending) > 1 else pending[0][1]  # [A, H]
+        captured = None
+        if pending[0][2] is not None:
+            captured = torch.cat([step[2] for step in pending]) if len(pending) > 1 else pending[0][2]  # [A, n*H]
+        first = pending[0][3]
+        call = DraftCall(torch.tensor(tokens, device=self.device), self.draft.base_features(hidden, captured),
+                         torch.arange(first, first + len(tokens), device=self.device), first - skipped, draft_cache,
+                         top_k=self._root_k(), last_only=True)  # [A] ids and positions, [A, H] features
+        return call if update is None else joined(update, call)
 
     def _tree_steps(self, root: int, root_draft: DraftOut, length: int, skipped: int, draft_cache):
         """The draft tree's generator (static or dynamic) over this request's draft cache, whose slots run
