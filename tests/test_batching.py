@@ -43,10 +43,10 @@ def test_packed_forward_equals_separate_forwards(tiny_base):
 def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_decoder):
     """Four requests admitted at once: the policy gives them different trees (and plain decoding); every output
     equals the same engine's plain int8 decoding of that prompt alone, token for token."""
-    batcher = Batcher(int8_decoder, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;none"))
+    batcher = Batcher(int8_decoder, max_batch=4, policy=LoadPolicy.parse("chain:3;dynamic:2,2,4;chain:1;chain:2"))
     slots = [batcher.start(p, 12, key=i) for i, p in enumerate(PROMPTS)]
-    assert [s.tree_label for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "none"]
-    assert slots[0].tree == resolve("chain:3") and slots[3].tree is None
+    assert [s.tree_label for s in slots] == ["chain:3", "dynamic:2,2,4", "chain:1", "chain:2"]
+    assert slots[0].tree == resolve("chain:3")
     tokens = {i: [] for i in range(len(PROMPTS))}
     rounds = 0
     while batcher.active:
@@ -57,6 +57,27 @@ def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_decoder):
     for i, prompt in enumerate(PROMPTS):
         assert tokens[i] == _plain_alone(int8_decoder, prompt, 12), f"request {i} ({slots[i].tree_label})"
     assert rounds <= 13  # one base forward per round for all four, not one per request
+
+
+def test_running_requests_decode_plainly_while_the_batch_is_a_plain_one(int8_decoder):
+    """Policy chain:3 alone, plain at 2: a request that started alone takes plain steps while a second one runs, and
+    speculates again once it is alone; outputs stay those of plain decoding alone."""
+    batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;none"))
+    first = batcher.start(PROMPTS[0], 40, key=0)
+    tokens = {0: [], 1: []}
+    for _ in range(2):  # alone: it speculates
+        for slot, step in batcher.round():
+            tokens[slot.key] += step.token_ids
+    second = batcher.start(PROMPTS[1], 6, key=1)
+    assert second.tree is None
+    while batcher.active:
+        for slot, step in batcher.round():
+            tokens[slot.key] += step.token_ids
+    stats = first.generation.stats
+    assert tokens[0] == _plain_alone(int8_decoder, PROMPTS[0], 40)
+    assert tokens[1] == _plain_alone(int8_decoder, PROMPTS[1], 6)
+    assert 0 < stats.num_plain_steps < stats.steps  # plain beside the second request, speculative alone
+    assert max(stats.accepted_lengths) > 1 or stats.num_draft_tokens > 0
 
 
 def test_requests_join_and_leave_between_rounds(int8_decoder):

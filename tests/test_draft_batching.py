@@ -1,7 +1,8 @@
 """Packed drafting (runtime.batching + DraftHead.forward_packed): the draft forwards of several requests run as one
 forward, each request's rows over its own draft cache, and every output equals that request run alone, token for
 token: greedy (= plain decoding) and seeded sampling, EAGLE-1 and EAGLE-3 drafts, static and dynamic trees, and
-trees mixed in one batch by the load policy."""
+trees mixed in one batch by the load policy (none of these batches reaches a plain entry: a running request then takes
+plain steps, tests/test_batching.py)."""
 
 import pytest
 import torch
@@ -75,7 +76,8 @@ def test_packed_draft_forward_equals_each_call_alone(decoder):
     assert caches["packed"][1].k[:, :, 3:].abs().sum() == 0  # the 1-row call wrote slot 2 of its own cache only
 
 
-@pytest.mark.parametrize("policy", ["chain:3", "dynamic:2,2,4", "chain:3;dynamic:2,2,4;static:[[0],[1],[0,0]];none"],
+@pytest.mark.parametrize("policy", ["chain:3", "dynamic:2,2,4",
+                                    "chain:3;dynamic:2,2,4;static:[[0],[1],[0,0]];chain:2;none"],
                          ids=["static", "dynamic", "mixed"])
 def test_packed_drafting_greedy_equals_plain_decoding_alone(decoder, policy):
     """Greedy: every request equals plain decoding of its prompt alone (and the same tree alone); the draft forwards
@@ -90,7 +92,8 @@ def test_packed_drafting_greedy_equals_plain_decoding_alone(decoder, policy):
     assert rounds <= 13
 
 
-@pytest.mark.parametrize("policy", ["dynamic:2,2,4", "chain:3;dynamic:2,2,4;chain:2;none"], ids=["dynamic", "mixed"])
+@pytest.mark.parametrize("policy", ["dynamic:2,2,4", "chain:3;dynamic:2,2,4;chain:2;chain:1;none"],
+                         ids=["dynamic", "mixed"])
 def test_packed_drafting_sampling_equals_each_request_alone(decoder, policy):
     """Seeded sampling: each request's tokens equal the same request (tree, seed) run alone."""
     sampling = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=11)

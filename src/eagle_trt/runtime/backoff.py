@@ -21,9 +21,10 @@ Schedule: speculate first, unless the decoder's history says plain wins (then st
 speculative steps every `interval` steps, the interval doubling (up to `max_interval`) each time a probe confirms
 plain. Averages are exponential (weight `alpha` per step).
 
-TensorRT-LLM's LLM API has a coarser cousin (`acceptance_rate_window_size` / `acceptance_rate_threshold`, 1.3.0rc27
-on): the mean acceptance over a window of iterations below a threshold turns speculation off for good, for the whole
-executor. This one is per request and comes back.
+TensorRT-LLM's LLM API has a coarser cousin (`acceptance_rate_window_size` / `acceptance_rate_threshold`, 1.3.0rc2x
+on; 1.2's `acceptance_window` / `acceptance_length_threshold` worked per finished request): the mean accepted/drafted
+ratio over a window of iterations below a threshold turns speculation off for good, for the whole executor
+(docs/native_cpu.md). This one is per request, judges tokens per second, and comes back.
 """
 
 from __future__ import annotations

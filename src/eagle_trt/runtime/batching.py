@@ -9,7 +9,9 @@ with int8 linears and exact attention bit for bit, otherwise to the same float t
 shape.
 
 Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
-running when it starts, down to plain decoding (`none`) through the same decoder.
+running when it starts, down to plain decoding (`none`) through the same decoder. While the batch is one the policy
+decodes plainly, every running request takes plain steps too (its draft catches up when the batch shrinks): a
+request that started alone would otherwise keep adding its tree's rows to every step of a full batch.
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
@@ -99,6 +101,9 @@ class Batcher:
         the StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
         events: list[tuple[Slot, StepOutput]] = []
         waiting = {}  # slot -> the BaseCall or DraftCall it waits on
+        plain_now = self.policy.tree_for(len(self.active)) is None
+        for view in self.views.values():
+            view.plain_now = plain_now
         for slot in list(self.active):
             self._advance(slot, events, waiting)
         while True:

@@ -53,7 +53,7 @@ class GenerationStats:
     prefill_time_s: float = 0.0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
-    num_plain_steps: int = 0  # of steps: run without drafting because the backoff found them faster (runtime.backoff)
+    num_plain_steps: int = 0  # of steps: run without drafting (the backoff found them faster, or the batch's policy)
 
     @property
     def mean_accepted_length(self) -> float:
@@ -139,6 +139,7 @@ class EagleDecoder:
         self.on_verify = None  # optional callback(tree: DraftTree, logits [N+1, V]) after each verify forward
         self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
         self.draft_window = DRAFT_WINDOW  # prompt positions the draft reads (0: all of them)
+        self.plain_now = False  # set by runtime.batching while the batch is one its load policy decodes plainly
         self.step_times: StepTimes | None = None  # the backoff's step times, shared by this decoder's requests
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
@@ -297,7 +298,7 @@ class EagleDecoder:
                 return
             t0 = clock.mark()
             step_start = time.perf_counter()
-            speculate = self.draft is not None and (policy is None or policy.speculate())
+            speculate = self.draft is not None and not self.plain_now and (policy is None or policy.speculate())
             if not speculate:
                 tree = root_only(root, self.device)
             else:
@@ -344,7 +345,7 @@ class EagleDecoder:
                 pending.append((committed, hidden[sel], captured[sel] if captured is not None else None, length))
             if policy is not None:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
-                stats.num_plain_steps += not speculate
+            stats.num_plain_steps += self.draft is not None and not speculate
             length += len(path)
             root = accepted.bonus
             clock.add(stats, "draft_time_s", t0, t1)
