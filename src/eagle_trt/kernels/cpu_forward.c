@@ -11,8 +11,9 @@
  *   order, then a fixed reduction tree), whatever the number of rows, the row's place in the block or the
  *   thread that runs it. Attention sums a row's visible keys in key order in float32 (over a float32 cache, or a
  *   float16 one under native-q8, as llama.cpp keeps it: K/V are rounded once, when stored, so every row that reads
- *   a key reads the same value). So each row's result depends on that row alone: a tree-verify block computes each node exactly as a one-token decode step would, which keeps
- *   EAGLE's output identical to plain decoding on this engine.
+ *   a key reads the same value). So each row's result depends on that row alone: a tree-verify block computes each
+ *   node exactly as a one-token decode step would, which keeps EAGLE's output identical to plain decoding on this
+ *   engine.
  *
  * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off); the ctypes structs in
  * eagle_trt.runtime.native mirror the ones below.
@@ -191,27 +192,22 @@ static void linear(const Linear *L, int T, const float *x, float *y) {
     }
 }
 
-/* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin). */
-static inline float dot16(const float *a, const float *b, int n) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
-        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc[j]);
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
-}
-
 /* 16 cached values at row[i..i+16) as float32: float16 (HALF) or float32 storage. */
 static inline __attribute__((always_inline)) __m512 load_cached(const void *row, int i, const int HALF) {
     if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
     return _mm512_loadu_ps((const float *)row + i);
 }
 
-/* dot16 with b a cached key (float16 or float32 storage): the same fixed order. */
+/* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin); b float32, or a
+ * float16 cached key (HALF). */
 static inline __attribute__((always_inline)) float dot16_cached(const float *a, const void *b, int n, const int HALF) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
         acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_cached(b, i, HALF), acc[j]);
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
+
+static inline float dot16(const float *a, const float *b, int n) { return dot16_cached(a, b, n, 0); }
 
 /* out [T][n] = x / rms(x) * weight, per row (weight NULL: out = x). */
 static void rms_norm(const float *x, const float *weight, int T, int n, float eps, float *out) {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from statistics import median
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,12 +96,6 @@ def _row(run: RunResult, level: int, mode: str, rnd: int = 0) -> dict:
             "texts": [r.text for r in run.requests]}
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _ratios(rows: list[dict]) -> list[dict]:
     """eagle/base per (level, mode) over its rounds: each model's median tokens/s and p50/p99 latency, the
     throughput ratio of the medians (> 1: EAGLE serves more), each round's own ratio, the p50 latency ratio (< 1:
@@ -113,7 +108,7 @@ def _ratios(rows: list[dict]) -> list[dict]:
         both = sorted(set(eagle) & set(base))
         if not both or not all(base[i]["output_tokens_per_s"] and base[i]["latency_p50_ms"] for i in both):
             continue
-        med = {name: {key: _median([run[i][key] for i in both]) for key in
+        med = {name: {key: median([run[i][key] for i in both]) for key in
                       ("output_tokens_per_s", "latency_p50_ms", "latency_p99_ms")}
                for name, run in (("eagle", eagle), ("base", base))}
         out.append({"concurrency": level, "mode": mode, "rounds": len(both),
