@@ -175,12 +175,15 @@ def test_demo_q8_distributions_near_float32(demo, demo_q8):
     layer = demo_q8.base.native.layers[0]
     assert {getattr(layer, f).type for f in ("q", "k", "v", "o", "gate", "up", "down")} == {W_X4}  # Q4_1 repacked
     assert demo_q8.base.native.model.lm_head.type == W_X8  # the Q8_0 head repacked
-    ids = _prompt(tok, 0)
-    positions = torch.arange(len(ids))
-    with torch.inference_mode():
-        ours = demo_q8.base(torch.tensor(ids), positions, 0)[0]  # [T, V]
-        ref = reference.base(torch.tensor(ids), positions, 0)[0]
-    l1 = (ours.softmax(-1) - ref.softmax(-1)).abs().sum(-1)  # [T]
+    ours, ref = [], []
+    for i in range(6):  # 400 rows: one prompt's ~50 make the top-1 rate move 2 % with any change of sum order
+        ids = _prompt(tok, i)
+        positions = torch.arange(len(ids))
+        with torch.inference_mode():
+            ours.append(demo_q8.base(torch.tensor(ids), positions, 0)[0])  # [T, V]
+            ref.append(reference.base(torch.tensor(ids), positions, 0)[0])
+    ours, ref = torch.cat(ours), torch.cat(ref)  # [sum T, V]
+    l1 = (ours.softmax(-1) - ref.softmax(-1)).abs().sum(-1)  # [sum T]
     assert l1.mean().item() < 0.1
     assert (ours.argmax(-1) == ref.argmax(-1)).float().mean().item() >= 0.95
 

@@ -9,9 +9,10 @@
  *   computes on them up to the order of the float32 sum.
  * - Every output of every row is one dot product summed in one fixed order (2 x 16 lane accumulators, blocks in
  *   order, then a fixed reduction tree), whatever the number of rows, the row's place in the block or the
- *   thread that runs it. Attention sums a row's visible keys in key order in float32 (over a float32 cache, or a
- *   float16 one under native-q8, as llama.cpp keeps it: K/V are rounded once, when stored, so every row that reads
- *   a key reads the same value). So each row's result depends on that row alone: a tree-verify block computes each
+ *   thread that runs it. Attention (cpu_attention.h) scores each key by one fixed sequence of float32 operations on
+ *   the query and that key alone, and sums a row's visible keys in key order (over a float32 cache, or a float16
+ *   one under native-q8, as llama.cpp keeps it: K/V are rounded once, when stored, so every row that reads a key
+ *   reads the same value). So each row's result depends on that row alone: a tree-verify block computes each
  *   node exactly as a one-token decode step would, which keeps EAGLE's output identical to plain decoding on this
  *   engine.
  *
@@ -192,22 +193,13 @@ static void linear(const Linear *L, int T, const float *x, float *y) {
     }
 }
 
-/* 16 cached values at row[i..i+16) as float32: float16 (HALF) or float32 storage. */
-static inline __attribute__((always_inline)) __m512 load_cached(const void *row, int i, const int HALF) {
-    if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
-    return _mm512_loadu_ps((const float *)row + i);
-}
-
-/* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin); b float32, or a
- * float16 cached key (HALF). */
-static inline __attribute__((always_inline)) float dot16_cached(const float *a, const void *b, int n, const int HALF) {
+/* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin). */
+static inline float dot16(const float *a, const float *b, int n) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
-        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), load_cached(b, i, HALF), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc[j]);
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
-
-static inline float dot16(const float *a, const float *b, int n) { return dot16_cached(a, b, n, 0); }
 
 /* out [T][n] = x / rms(x) * weight, per row (weight NULL: out = x). */
 static void rms_norm(const float *x, const float *weight, int T, int n, float eps, float *out) {
@@ -263,92 +255,7 @@ static void swiglu(float *g, const float *u, size_t n) {
     }
 }
 
-#ifndef ATT_LANES
-#define ATT_LANES 16 /* heads per attention pass x head_dim / 16: the value accumulators kept in registers */
-#endif
-
-#ifndef ATT_AHEAD
-#define ATT_AHEAD 8 /* cached keys (and values) fetched ahead of the one attended */
-#endif
-
-/* Fetch a cached key or value row of `bytes` into L1 (a prefetch past the cache's end is harmless: no fault). */
-static inline void prefetch_row(const void *row, int bytes) {
-    for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)row + i, _MM_HINT_T0);
-}
-
-/* One row's attention for query heads h0..h0+nh-1, which share one K/V head (GQA; nh * head_dim / 16 <= ATT_LANES),
- * over its visible keys (the cached prefix, then the block's keys its mask shows) gathered in key order into a
- * compact list, so a key's place in every sum is its rank among the row's visible keys: the same in a verify block as
- * in the plain decode step that would compute this row. Each head's softmax and weighted sum of values run in
- * float32, one fixed order; the heads of a group read each key and value once (a 4k context's float32 cache is
- * larger than L2: reading it once per group, not per head, is most of a long-context step).
- * q: the row's [heads][D]; out: the row's [heads][D]; scores [nh][stride], keys [stride] of scratch; kc, vc: the
- * K/V head's cache rows, float16 (HALF) or float32. */
-static inline __attribute__((always_inline)) void attend_row(const float *q, int nh, const void *kc, const void *vc,
-                                                             int D, const Segment *S, int row, float scale,
-                                                             float *scores, int stride, int32_t *keys, float *out,
-                                                             const int HALF) {
-    const size_t row_bytes = (size_t)D * (HALF ? 2 : 4);
-    const int start = S->start;
-    const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
-    int n = 0;
-    for (int j = 0; j < start + S->rows; j++) {
-        const int seen = mrow && S->mask_cols != S->rows ? mrow[j]    /* the mask covers the prefix too */
-                         : j < start ? 1 : mrow ? mrow[j - start] : j - start == row;
-        if (!seen) continue;
-        keys[n] = j;
-        const char *kj = (const char *)kc + j * row_bytes;
-        prefetch_row(kj + ATT_AHEAD * row_bytes, (int)row_bytes);
-        for (int h = 0; h < nh; h++)
-            scores[(size_t)h * stride + n] = dot16_cached(q + (size_t)h * D, kj, D, HALF) * scale;
-        n++;
-    }
-    float inv[ATT_LANES];
-    for (int h = 0; h < nh; h++) {
-        float *sc = scores + (size_t)h * stride;
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int i = 0; i < n; i += 16) {
-            const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, sc + i));
-        }
-        const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        __m512 sum = _mm512_setzero_ps();
-        for (int i = 0; i < n; i += 16) {  /* scores become p = e^(s - max); masked-off lanes add 0 */
-            const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-            const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), top)));
-            _mm512_mask_storeu_ps(sc + i, k, p);
-            sum = _mm512_add_ps(sum, p);
-        }
-        inv[h] = 1.0f / _mm512_reduce_add_ps(sum);
-    }
-    const int L = D / 16;
-    __m512 acc[ATT_LANES];
-    for (int i = 0; i < nh * L; i++) acc[i] = _mm512_setzero_ps();
-    for (int j = 0; j < n; j++) {
-        const char *vj = (const char *)vc + keys[j] * row_bytes;
-        if (j + ATT_AHEAD < n) prefetch_row((const char *)vc + keys[j + ATT_AHEAD] * row_bytes, (int)row_bytes);
-        __m512 vals[ATT_LANES / 2];  /* the value row once, for every head of the group (L <= 8) */
-        for (int i = 0; i < L; i++) vals[i] = load_cached(vj, i * 16, HALF);
-        for (int h = 0; h < nh; h++) {
-            const __m512 pv = _mm512_set1_ps(scores[(size_t)h * stride + j]);
-            for (int i = 0; i < L; i++) acc[h * L + i] = _mm512_fmadd_ps(pv, vals[i], acc[h * L + i]);
-        }
-    }
-    for (int h = 0; h < nh; h++)
-        for (int i = 0; i < L; i++)
-            _mm512_storeu_ps(out + (size_t)h * D + i * 16, _mm512_mul_ps(acc[h * L + i], _mm512_set1_ps(inv[h])));
-}
-
-/* A K or V row of D floats into the cache at value offset `slot`: float16 (rounded to nearest even) or float32. */
-static void store_cached(void *cache, size_t slot, const float *src, int D, int half) {
-    if (!half) {
-        memcpy((float *)cache + slot, src, D * sizeof(float));
-        return;
-    }
-    for (int i = 0; i < D; i += 16)
-        _mm256_storeu_si256((__m256i *)((uint16_t *)cache + slot + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
+#include "cpu_attention.h"
 
 /* Rows [T] of several sequences (segments, back to back) through the model. x [T][hidden] holds the embeddings and
  * is used as the residual stream; cos, sin [T][head_dim]; captured [T][n_capture * hidden] gets the residual stream
