@@ -275,7 +275,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
     float *att = v + (size_t)T * nkv * D;        /* [T][nh*D] */
     float *g = att + (size_t)T * nh * D;         /* [T][inter] */
     float *u = g + (size_t)T * m->inter;         /* [T][inter] */
-    float *scores = u + (size_t)T * m->inter;    /* [threads][heads per pass + 1][max_len]: scores, key indices */
+    float *scores = u + (size_t)T * m->inter;    /* [threads][ATT_ROWS][heads per pass + 1][max_len]: scores, keys */
     int max_len = 0;
     for (int s = 0; s < n_seg; s++) max_len = segs[s].max_len > max_len ? segs[s].max_len : max_len;
     const float scale = 1.0f / sqrtf((float)D);
@@ -304,22 +304,31 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
                     store_cached(S->k, slot, k + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
                     store_cached(S->v, slot, v + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
                 }
-            /* a K/V head's rows in turn: a verify block re-reads that head's cache while it is still in L2 */
+            /* a K/V head's rows in turn, ATT_ROWS at a time from 2 * ATT_ROWS rows on (a row's numbers do not depend
+             * on its group: attend_rows): a verify block re-reads that head's cache while it is still in L2, and the
+             * rows of a group read the keys and values they all see once */
+            const int per = S->rows >= 2 * ATT_ROWS ? ATT_ROWS : 1;  /* fewer rows: more tasks for the threads */
+            const int groups = (S->rows + per - 1) / per;
 #pragma omp parallel for schedule(static) collapse(2)
             for (int pass = 0; pass < passes; pass++)
-                for (int t = 0; t < S->rows; t++) {
+                for (int gi = 0; gi < groups; gi++) {
+                    const int t = gi * per, R = S->rows - t < per ? S->rows - t : per;
                     const int kh = pass / per_kv, h0 = kh * group + (pass % per_kv) * heads_per_pass;
                     const int nq = group - (h0 - kh * group) < heads_per_pass ? group - (h0 - kh * group) : heads_per_pass;
                     const size_t kv_off = (layer_off + (size_t)kh * S->max_len * D) * (S->half ? 2 : 4);  /* bytes */
-                    float *mine = scores + (size_t)omp_get_thread_num() * (heads_per_pass + 1) * max_len;
-                    const float *qr = q + ((size_t)(row0 + t) * nh + h0) * D;
-                    float *outr = att + ((size_t)(row0 + t) * nh + h0) * D;
-                    int32_t *keys = (int32_t *)(mine + (size_t)heads_per_pass * max_len);
+                    float *mine = scores + (size_t)omp_get_thread_num() * ATT_ROWS * (heads_per_pass + 1) * max_len;
+                    const size_t ld = (size_t)nh * D;  /* from one row's q (and output) to the next row's */
+                    const float *qr = q + (row0 + t) * ld + (size_t)h0 * D;
+                    float *outr = att + (row0 + t) * ld + (size_t)h0 * D;
+                    int32_t *keys = (int32_t *)(mine + (size_t)ATT_ROWS * heads_per_pass * max_len);
                     const char *kc = (const char *)S->k + kv_off, *vc = (const char *)S->v + kv_off;
-                    if (S->half)
-                        attend_row(qr, nq, kc, vc, D, S, t, scale, mine, max_len, keys, outr, 1);
-                    else
-                        attend_row(qr, nq, kc, vc, D, S, t, scale, mine, max_len, keys, outr, 0);
+#define ATTEND(r, half) attend_rows(qr, ld, nq, kc, vc, D, S, t, r, scale, mine, max_len, keys, outr, half)
+                    if (R == ATT_ROWS) {
+                        if (S->half) ATTEND(ATT_ROWS, 1); else ATTEND(ATT_ROWS, 0);
+                    } else {
+                        if (S->half) ATTEND(1, 1); else ATTEND(1, 0);
+                    }
+#undef ATTEND
                 }
             row0 += S->rows;
         }
@@ -345,7 +354,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
 /* Floats of scratch ef_forward needs for T rows and caches of up to max_len slots, with `threads` OpenMP threads. */
 long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
     const int nhd = m->heads * m->head_dim, wide = m->hidden > nhd ? m->hidden : nhd;
-    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * (ATT_LANES / (m->head_dim / 16) + 1) * max_len;
+    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * ATT_ROWS * (ATT_LANES / (m->head_dim / 16) + 1) * max_len;
 }
 
 /* 1 when this build has the 8-bit-activation linears (the CPU has AVX-512 VNNI). */
