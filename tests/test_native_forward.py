@@ -307,6 +307,21 @@ def test_native_draft_equals_the_torch_draft(demo):
     assert torch.equal(ours_lp.argmax(-1), ref_lp.argmax(-1))
 
 
+def test_native_draft_topk_is_the_head_log_softmax_topk(demo):
+    """The C draft's fused head + log-softmax + top-k (what a draft call returns) equals torch's on its logits: the
+    same ids in the same order, log-probs within float32 rounding; equal logits keep the lower head row first."""
+    _, native, _ = demo
+    head = native.draft.native
+    out = torch.randn(5, native.draft.args.hidden_size) * 3  # [5, H]
+    out[4] = 0.0  # every logit equal (no head bias): the first k rows, in order
+    with torch.inference_mode():
+        scores, ids = head.topk(out, 8)  # [5, 8] each
+        ref_scores, ref_ids = torch.log_softmax(head.logits(out), dim=-1).topk(8, dim=-1)
+    assert torch.equal(ids[:4], ref_ids[:4])
+    assert ids[4].tolist() == list(range(8))
+    assert (scores - ref_scores).abs().max().item() < 1e-5
+
+
 def test_a_gguf_base_builds_native_by_default_on_this_cpu():
     """`build --dtype auto` (the pytorch engine on the CPU): a GGUF base runs its blocks as stored (native), an HF
     checkpoint float32 as before."""

@@ -75,6 +75,7 @@ def load_cpu_forward() -> ctypes.CDLL:
     lib.ef_forward.restype = ctypes.c_int
     lib.ef_scratch_floats.restype = ctypes.c_long
     lib.ef_threads.restype = ctypes.c_int
+    lib.ef_head_topk.restype = None
     lib.ef_has_q8.restype = ctypes.c_int
     lib.ef_repacked_bytes.restype = ctypes.c_long
     lib.ef_repack.restype = ctypes.c_int

@@ -365,3 +365,42 @@ int ef_threads(void) { return omp_get_max_threads(); }
 
 /* y [T][rows] = x [T][cols] W^T for one linear (tests and the kernel benchmark). */
 void ef_linear(const Linear *L, int T, const float *x, float *y) { linear(L, T, x, y); }
+
+/* The k best next tokens of n rows x [n][cols] under a vocabulary head: logits [n][rows] = x W^T, then per row the
+ * log-probabilities of its k highest logits, scores [n][k] = logit - logsumexp (max plus the log of sum e^(l - max),
+ * 16 lanes in index order, then reduced), ids [n][k] best first (equal logits: the lower index first). */
+void ef_head_topk(const Linear *head, int n, const float *x, int k, float *logits, int32_t *ids, float *scores) {
+    linear(head, n, x, logits);
+    const int V = head->rows;
+    for (int r = 0; r < n; r++) {
+        const float *lr = logits + (size_t)r * V;
+        int32_t *ir = ids + (size_t)r * k;
+        float *sr = scores + (size_t)r * k;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int i = 0; i < V; i += 16) {
+            const __mmask16 m = V - i >= 16 ? 0xFFFF : (__mmask16)((1u << (V - i)) - 1);
+            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, lr + i));
+        }
+        const float top = _mm512_reduce_max_ps(mx);
+        __m512 sum = _mm512_setzero_ps();
+        for (int i = 0; i < V; i += 16) {
+            const __mmask16 m = V - i >= 16 ? 0xFFFF : (__mmask16)((1u << (V - i)) - 1);
+            sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, lr + i),
+                                                                                _mm512_set1_ps(top)))));
+        }
+        const float lse = top + logf(_mm512_reduce_add_ps(sum));
+        int have = 0;  /* ir/sr hold the best `have` so far, best first (sr: logits until the end) */
+        for (int i = 0; i < V; i++) {
+            const float v = lr[i];
+            if (have == k && !(v > sr[k - 1])) continue;
+            int at = have < k ? have++ : k - 1;
+            while (at > 0 && v > sr[at - 1]) {
+                sr[at] = sr[at - 1], ir[at] = ir[at - 1];
+                at--;
+            }
+            sr[at] = v, ir[at] = i;
+        }
+        for (int j = 0; j < have; j++) sr[j] -= lse;
+        for (int j = have; j < k; j++) sr[j] = -INFINITY, ir[j] = 0;
+    }
+}

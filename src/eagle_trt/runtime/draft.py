@@ -118,13 +118,20 @@ class DraftHead(nn.Module):
         wanted = [o for c, o in zip(calls, outs) if c.top_k > 0]
         if not wanted:
             return [DraftOut(o) for o in outs]
-        log_probs = self.log_probs(wanted[0] if len(wanted) == 1 else torch.cat(wanted))  # [rows, V_draft]
+        rows = wanted[0] if len(wanted) == 1 else torch.cat(wanted)  # [rows, H]
+        if self.native is not None:  # head, log-softmax and top-k in one C call, for the largest k asked
+            best, best_ids = self.native.topk(rows, max(c.top_k for c in calls))  # [rows, k_max] each
+        else:
+            log_probs = self.log_probs(rows)  # [rows, V_draft]
         answers, row = [], 0
         for c, o in zip(calls, outs):
             if c.top_k <= 0:
                 answers.append(DraftOut(o))
                 continue
-            scores, idx = log_probs[row:row + o.shape[0]].topk(c.top_k, dim=-1)  # [T_i, k]
+            if self.native is not None:  # the k best of a row are the first k of its k_max best
+                scores, idx = best[row:row + o.shape[0], :c.top_k], best_ids[row:row + o.shape[0], :c.top_k]
+            else:
+                scores, idx = log_probs[row:row + o.shape[0]].topk(c.top_k, dim=-1)  # [T_i, k]
             answers.append(DraftOut(o, scores, self.to_base_ids(idx)))
             row += o.shape[0]
         return answers

@@ -280,6 +280,19 @@ class NativeDraft(NativeWeights):
                            ctypes.c_void_p(y.data_ptr()))
         return y
 
+    def topk(self, out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(log-probs [rows, k], head rows [rows, k] int64) of the k best next tokens of draft outputs [rows, H]:
+        the head, its log-softmax and the selection in one C call (equal logits: the lower row first)."""
+        x = out.float().contiguous()
+        n = x.shape[0]
+        logits = torch.empty(n, self.head.rows)  # [rows, V_draft]
+        ids = torch.empty(n, k, dtype=torch.int32)  # [rows, k]
+        scores = torch.empty(n, k)  # [rows, k]
+        self.lib.ef_head_topk(ctypes.byref(self.head), n, ctypes.c_void_p(x.data_ptr()), k,
+                              ctypes.c_void_p(logits.data_ptr()), ctypes.c_void_p(ids.data_ptr()),
+                              ctypes.c_void_p(scores.data_ptr()))
+        return scores, ids.long()
+
 
 def attach_native_draft(draft, q8_activations: bool) -> bool:
     """Run an EAGLE-1/2 draft (vocabulary already truncated) through the C forward; False for a draft it does not
