@@ -19,10 +19,10 @@ PLAIN = "none"  # the policy entry for plain decoding
 # int8): aggregate tok/s chain:2 / plain = 50.5/35.4 at batch 1, 79.5/55.6 at 2, 72.0/63.6 at 4, 71.5/67.3 at 8
 AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
 # the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batches
-# 2-3 chain:2, larger plain. Measured (docs/results/2026-11-27-kv16/batch_policy.json, 1 thread, SmolLM2 Q4_1
-# native-q8, float16 cache): aggregate tok/s chain:2 / plain = 176.5/171.7 at batch 1, 280.1/259.0 at 2, 284.2/258.7
-# at 3, 260.6/300.3 at 4, 234.2/272.7 at 8
-AUTO_TAIL_NATIVE = ("chain:2", "chain:2", PLAIN)
+# 2-3 chain:1, larger plain. Measured (docs/results/2026-11-27-attn/batch_policy.json, 1 thread, SmolLM2 Q4_1
+# native-q8): aggregate tok/s chain:1 / chain:2 / plain = 240.2/233.1/223.1 at batch 2, 274.4/261.2/271.8 at 3,
+# 258.1/237.0/259.5 at 4, 239.0/221.0/237.6 at 8
+AUTO_TAIL_NATIVE = ("chain:1", "chain:1", PLAIN)
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,11 @@ class LoadPolicy:
         return cls(tuple(trees))
 
     @classmethod
-    def auto(cls, tree: TreeConfig, tail: tuple[str, ...] = AUTO_TAIL) -> LoadPolicy:
-        """The bundle's tree at batch 1, then `tail`, each with the tree's suffix candidates (they add rows only
-        when the text repeats itself)."""
-        return cls((tree, *(None if t == PLAIN else replace(resolve(t), suffix=tree.suffix) for t in tail)))
+    def auto(cls, tree: TreeConfig, tail: tuple[str, ...] = AUTO_TAIL, tail_suffix: bool = True) -> LoadPolicy:
+        """The bundle's tree at batch 1, then `tail`, each with the tree's suffix candidates when `tail_suffix`
+        (they add rows only when the text repeats itself), else without."""
+        suffix = tree.suffix if tail_suffix else None
+        return cls((tree, *(None if t == PLAIN else replace(resolve(t), suffix=suffix) for t in tail)))
 
     def tree_for(self, batch: int) -> TreeConfig | None:
         return self.trees[min(max(batch, 1), len(self.trees)) - 1]
@@ -70,8 +71,9 @@ class LoadPolicy:
 
 
 def resolve_load_policy(tree: TreeConfig, value: str = AUTO, native: bool = False) -> LoadPolicy:
-    """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL (AUTO_TAIL_NATIVE
-    for an engine on the native precisions)."""
+    """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL (AUTO_TAIL_NATIVE,
+    without suffix candidates, for an engine on the native precisions: their rows cost more than they win in a
+    batch there, e.g. chain:1+suffix:4,8 / chain:1 = 217.9/240.2 tok/s at batch 2, 213.2/274.4 at 3)."""
     if value != AUTO:
         return LoadPolicy.parse(value)
-    return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE if native else AUTO_TAIL)
+    return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE, tail_suffix=False) if native else LoadPolicy.auto(tree, AUTO_TAIL)
