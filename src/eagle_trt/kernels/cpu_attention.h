@@ -41,35 +41,72 @@ static inline __attribute__((always_inline)) __m512 sum16x16(const __m512 *v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
-#define ATT_ROWS 2 /* rows of a block attended together: they read the keys and values all of them see once */
+#ifndef ATT_GROUP
+#define ATT_GROUP 16 /* rows of a block attended together: they read the keys and values all of them see once */
+#endif
+#define VCHUNK 32 /* values converted at once for a group's rows */
 
-/* The keys row `row` of S sees, in key order, into keys; returns how many. */
-static inline int visible_keys(const Segment *S, int row, int32_t *keys) {
-    const int start = S->start;
+/* The keys a row sees, in key order: keys 0..lead-1 (rank j is key j), then tail[0 .. n - lead). */
+typedef struct { int32_t lead, n, off; } RowKeys;
+
+/* Whether row `row` of S sees key j. */
+static inline int sees(const Segment *S, int row, int j) {
     const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
-    int n = 0;
-    for (int j = 0; j < start + S->rows; j++) {
-        const int seen = mrow && S->mask_cols != S->rows ? mrow[j]    /* the mask covers the prefix too */
-                         : j < start ? 1 : mrow ? mrow[j - start] : j - start == row;
-        if (seen) keys[n++] = j;
-    }
-    return n;
+    if (mrow && S->mask_cols != S->rows) return mrow[j];  /* the mask covers the prefix too */
+    return j < S->start ? 1 : mrow ? mrow[j - S->start] : j - S->start == row;
 }
 
-/* Scores of keys[i0..i1) (rank order) for R rows' nh query heads (row r's [nh][D] at q + r * ld) into
+/* Every row's visible keys (rk [T], rows of the segments back to back), once per forward (they are the same in every
+ * layer and head); returns the tail keys (malloc'd, rk[i].off into it), or NULL when out of memory. */
+static int32_t *row_keys(int n_seg, const Segment *segs, int T, RowKeys *rk) {
+    int row0 = 0;
+    for (int s = 0; s < n_seg; s++) {
+        const Segment *S = &segs[s];
+        const int all = S->start + S->rows;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < S->rows; t++) {
+            int lead = 0, n;
+            while (lead < all && sees(S, t, lead)) lead++;
+            n = lead;
+            for (int j = lead + 1; j < all; j++) n += sees(S, t, j);
+            rk[row0 + t].lead = lead, rk[row0 + t].n = n;
+        }
+        row0 += S->rows;
+    }
+    long total = 0;
+    for (int t = 0; t < T; t++) rk[t].off = (int32_t)total, total += rk[t].n - rk[t].lead;
+    int32_t *tail = malloc((size_t)(total > 0 ? total : 1) * sizeof(int32_t));
+    if (!tail) return NULL;
+    row0 = 0;
+    for (int s = 0; s < n_seg; s++) {
+        const Segment *S = &segs[s];
+        for (int t = 0; t < S->rows; t++) {
+            const RowKeys *r = &rk[row0 + t];
+            int32_t *out = tail + r->off;
+            for (int j = r->lead + 1, i = 0; i < r->n - r->lead; j++)
+                if (sees(S, t, j)) out[i++] = j;
+        }
+        row0 += S->rows;
+    }
+    return tail;
+}
+
+/* Scores of ranks i0..i1 for R rows' nh query heads (row r's [nh][D] at q + r * ld) into
  * sc[(r * nh + h) * stride + rank], 16 keys at a time, each converted once for all rows: a key's D products summed
- * in order per lane, then its lanes by sum16x16, times scale. kf: [16][D] floats. */
+ * in order per lane, then its lanes by sum16x16, times scale. Rank i is key i (keys NULL) or keys[i - koff].
+ * kf: [16][D] floats. */
 static inline __attribute__((always_inline)) void score_keys(const float *q, size_t ld, int R, int nh,
-                                                             const void *kc, int D, const int32_t *keys, int i0,
-                                                             int i1, float scale, float *sc, int stride, float *kf,
-                                                             const int HALF) {
+                                                             const void *kc, int D, const int32_t *keys, int koff,
+                                                             int i0, int i1, float scale, float *sc, int stride,
+                                                             float *kf, const int HALF) {
     const size_t row_bytes = (size_t)D * (HALF ? 2 : 4);
     const int L = D / 16;
+#define KEY(i) (keys ? keys[(i) - koff] : (i))
     for (; i0 < i1; i0 += 16) {
         const int cnt = i1 - i0 < 16 ? i1 - i0 : 16;
         for (int i = 0; i < cnt; i++) {
-            const char *kj = (const char *)kc + keys[i0 + i] * row_bytes;
-            if (i0 + i + ATT_AHEAD < i1) prefetch_row((const char *)kc + keys[i0 + i + ATT_AHEAD] * row_bytes,
+            const char *kj = (const char *)kc + (size_t)KEY(i0 + i) * row_bytes;
+            if (i0 + i + ATT_AHEAD < i1) prefetch_row((const char *)kc + (size_t)KEY(i0 + i + ATT_AHEAD) * row_bytes,
                                                       (int)row_bytes);
             for (int c = 0; c < L; c++) _mm512_storeu_ps(kf + i * D + c * 16, load_cached(kj, c * 16, HALF));
         }
@@ -86,96 +123,115 @@ static inline __attribute__((always_inline)) void score_keys(const float *q, siz
                 for (int c = 1; c < L; c++) acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kf + i * D + c * 16), acc);
                 p[i] = acc;
             }
-            const __mmask16 k = cnt == 16 ? 0xFFFF : (__mmask16)((1u << cnt) - 1);
-            _mm512_mask_storeu_ps(sc + (size_t)rh * stride + i0, k, _mm512_mul_ps(sum16x16(p), _mm512_set1_ps(scale)));
+            _mm512_mask_storeu_ps(sc + (size_t)rh * stride + i0, tail_mask(cnt, 0),
+                                  _mm512_mul_ps(sum16x16(p), _mm512_set1_ps(scale)));
         }
     }
+#undef KEY
 }
 
-/* Scores sc[0..n) of one head into p = e^(s - max) in place; returns 1 / sum p (16 lanes in order, then reduced). */
-static inline float softmax_in_place(float *sc, int n) {
+/* The largest of x[0..n), by 16 lanes then reduced. */
+static inline float max_of(const float *x, int n) {
     __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, sc + i));
-    }
-    const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    for (int i = 0; i < n; i += 16)
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n, i), x + i));
+    return _mm512_reduce_max_ps(mx);
+}
+
+/* Sum of e^(x[i] - top) over i < n (16 lanes in index order, then reduced); with `store`, x[i] becomes e^(x[i] - top). */
+static inline float sum_exp(float *x, int n, float top, const int store) {
     __m512 sum = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {  /* masked-off lanes add 0 */
-        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + i), top)));
-        _mm512_mask_storeu_ps(sc + i, k, p);
+        const __mmask16 k = tail_mask(n, i);
+        const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i),
+                                                                     _mm512_set1_ps(top))));
+        if (store) _mm512_mask_storeu_ps(x + i, k, p);
         sum = _mm512_add_ps(sum, p);
     }
-    return 1.0f / _mm512_reduce_add_ps(sum);
+    return _mm512_reduce_add_ps(sum);
 }
 
-/* Attention of rows row..row+R-1 of S (R <= ATT_ROWS) for query heads h0..h0+nh-1, which share one K/V head (GQA;
- * nh * head_dim / 16 <= ATT_LANES), each row over its visible keys (the cached prefix, then the block's keys its
- * mask shows) gathered in key order. A key's score is one fixed sequence of float32 operations on the query and
- * that key alone (score_keys); each row's softmax and its weighted sum of values run in its own key order. The
- * leading keys every one of the R rows sees (the prefix, at the same rank in each) are read once for all of them,
- * the rest per row: the operations on each row's numbers are the same as with R = 1, so a row's result is the same
- * in a verify block as in the plain decode step that would compute it. The heads of a group read each key and
- * value once too (a 4k context's cache is larger than L2: most of a long-context step is reading it).
- * q, out: row r's [heads][D] at q + r * ld, out + r * ld; scores [R][nh][stride], keys [R][stride] of scratch;
+/* One row's running sums of p_j * value_j for nh heads, in registers: acc[h * L + c] += p[h][j] * v[c] for the value
+ * row at vj (every lane one FMA per key, keys in rank order). */
+static inline __attribute__((always_inline)) void add_value(__m512 *acc, const float *p, int stride, int nh,
+                                                            const void *vj, int L, const int HALF) {
+    __m512 vals[ATT_LANES / 2];
+    for (int c = 0; c < L; c++) vals[c] = load_cached(vj, c * 16, HALF);
+    for (int h = 0; h < nh; h++) {
+        const __m512 pv = _mm512_set1_ps(p[(size_t)h * stride]);
+        for (int c = 0; c < L; c++) acc[h * L + c] = _mm512_fmadd_ps(pv, vals[c], acc[h * L + c]);
+    }
+}
+
+/* Attention of rows row..row+R-1 of S (R <= ATT_GROUP; rk their RowKeys, tail their tail keys) for query heads
+ * h0..h0+nh-1, which share one K/V head (GQA; nh * head_dim / 16 <= ATT_LANES), each row over its visible keys in
+ * key order. A key's score is one fixed sequence of float32 operations on the query and that key alone
+ * (score_keys); each row's softmax and its weighted sum of values run in its own rank order, one FMA per key per
+ * lane. The leading keys every row of the group sees (the cached prefix, at the same rank in each) are read and
+ * converted once for all of them, the rest per row: the operations on each row's numbers are the same for any R,
+ * so a row's result is the same in a verify block as in the plain decode step that would compute it. The heads of
+ * a group read each key and value once too (a 4k context's cache is larger than L2: most of a long-context step
+ * is reading it).
+ * q, out: row r's [heads][D] at q + r * ld, out + r * ld; scores [R][nh][stride] of scratch;
  * kc, vc: the K/V head's cache rows, float16 (HALF) or float32. */
-static inline __attribute__((always_inline)) void attend_rows(const float *q, size_t ld, int nh, const void *kc,
-                                                              const void *vc, int D, const Segment *S, int row,
-                                                              const int R, float scale, float *scores, int stride,
-                                                              int32_t *keys, float *out, const int HALF) {
+static inline __attribute__((always_inline)) void attend_group(const float *q, size_t ld, int nh, const void *kc,
+                                                               const void *vc, int D, const RowKeys *rk,
+                                                               const int32_t *tail, const int R, float scale,
+                                                               float *scores, int stride, float *out,
+                                                               const int HALF) {
     const size_t row_bytes = (size_t)D * (HALF ? 2 : 4);
     const int L = D / 16;
     float kf[16 * 128];  /* 16 keys as float32, [16][D] */
-    int n[ATT_ROWS], shared = 1 << 30;
-    for (int r = 0; r < R; r++) {
-        int32_t *kr = keys + (size_t)r * stride;
-        n[r] = visible_keys(S, row + r, kr);
-        int lead = 0;  /* keys 0..lead-1 all seen: key j at rank j */
-        while (lead < n[r] && kr[lead] == lead) lead++;
-        shared = lead < shared ? lead : shared;
-    }
-    if (R > 1 && shared > 0)  /* the keys all R rows see, each read once for all of them */
-        score_keys(q, ld, R, nh, kc, D, keys, 0, shared, scale, scores, stride, kf, HALF);
-    else
-        shared = 0;
-    float inv[ATT_ROWS][ATT_LANES];
+    int shared = 1 << 30;
+    for (int r = 0; r < R; r++) shared = rk[r].lead < shared ? rk[r].lead : shared;
+    if (R == 1) shared = 0;  /* one row: all in registers below */
+    score_keys(q, ld, R, nh, kc, D, NULL, 0, 0, shared, scale, scores, stride, kf, HALF);
+    float inv[ATT_GROUP][ATT_LANES];
     for (int r = 0; r < R; r++) {
         float *sr = scores + (size_t)r * nh * stride;
-        score_keys(q + r * ld, ld, 1, nh, kc, D, keys + (size_t)r * stride, shared, n[r], scale, sr, stride, kf,
-                   HALF);
-        for (int h = 0; h < nh; h++) inv[r][h] = softmax_in_place(sr + (size_t)h * stride, n[r]);
+        score_keys(q + r * ld, ld, 1, nh, kc, D, NULL, 0, shared, rk[r].lead, scale, sr, stride, kf, HALF);
+        score_keys(q + r * ld, ld, 1, nh, kc, D, tail + rk[r].off, rk[r].lead, rk[r].lead, rk[r].n, scale, sr,
+                   stride, kf, HALF);
+        for (int h = 0; h < nh; h++) {
+            float *sh = sr + (size_t)h * stride;
+            inv[r][h] = 1.0f / sum_exp(sh, rk[r].n, max_of(sh, rk[r].n), 1);
+        }
     }
-    __m512 acc[ATT_ROWS][ATT_LANES];
-    for (int r = 0; r < R; r++)
-        for (int i = 0; i < nh * L; i++) acc[r][i] = _mm512_setzero_ps();
-    for (int j = 0; j < shared; j++) {  /* key j is rank j of every row */
-        const char *vj = (const char *)vc + j * row_bytes;
-        if (j + ATT_AHEAD < shared) prefetch_row((const char *)vc + (j + ATT_AHEAD) * row_bytes, (int)row_bytes);
-        __m512 vals[ATT_LANES / 2];  /* the value row once, for every head and row */
-        for (int i = 0; i < L; i++) vals[i] = load_cached(vj, i * 16, HALF);
-        for (int r = 0; r < R; r++)
-            for (int h = 0; h < nh; h++) {
-                const __m512 pv = _mm512_set1_ps(scores[((size_t)r * nh + h) * stride + j]);
-                for (int i = 0; i < L; i++) acc[r][h * L + i] = _mm512_fmadd_ps(pv, vals[i], acc[r][h * L + i]);
-            }
+    float sums[ATT_GROUP][ATT_LANES * 16];  /* the rows' value sums between chunks of shared keys */
+    for (int r = 0; r < R; r++) memset(sums[r], 0, (size_t)nh * D * sizeof(float));
+    float vf[VCHUNK * 128];  /* VCHUNK values as float32, [VCHUNK][D] */
+    for (int j0 = 0; j0 < shared; j0 += VCHUNK) {  /* ranks j0.. are keys j0.. in every row */
+        const int cnt = shared - j0 < VCHUNK ? shared - j0 : VCHUNK;
+        for (int i = 0; i < cnt; i++) {
+            const char *vj = (const char *)vc + (size_t)(j0 + i) * row_bytes;
+            if (j0 + i + ATT_AHEAD < shared) prefetch_row(vj + ATT_AHEAD * row_bytes, (int)row_bytes);
+            for (int c = 0; c < L; c++) _mm512_storeu_ps(vf + i * D + c * 16, load_cached(vj, c * 16, HALF));
+        }
+        for (int r = 0; r < R; r++) {
+            __m512 acc[ATT_LANES];
+            for (int i = 0; i < nh * L; i++) acc[i] = _mm512_loadu_ps(sums[r] + i * 16);
+            for (int i = 0; i < cnt; i++)
+                add_value(acc, scores + (size_t)r * nh * stride + j0 + i, stride, nh, vf + i * D, L, 0);
+            for (int i = 0; i < nh * L; i++) _mm512_storeu_ps(sums[r] + i * 16, acc[i]);
+        }
     }
     for (int r = 0; r < R; r++) {
-        const int32_t *kr = keys + (size_t)r * stride;
-        for (int j = shared; j < n[r]; j++) {
-            const char *vj = (const char *)vc + kr[j] * row_bytes;
-            if (j + ATT_AHEAD < n[r]) prefetch_row((const char *)vc + kr[j + ATT_AHEAD] * row_bytes, (int)row_bytes);
-            __m512 vals[ATT_LANES / 2];
-            for (int i = 0; i < L; i++) vals[i] = load_cached(vj, i * 16, HALF);
-            for (int h = 0; h < nh; h++) {
-                const __m512 pv = _mm512_set1_ps(scores[((size_t)r * nh + h) * stride + j]);
-                for (int i = 0; i < L; i++) acc[r][h * L + i] = _mm512_fmadd_ps(pv, vals[i], acc[r][h * L + i]);
-            }
+        const float *sr = scores + (size_t)r * nh * stride;
+        const int32_t *kt = tail + rk[r].off;
+        __m512 acc[ATT_LANES];
+        for (int i = 0; i < nh * L; i++) acc[i] = _mm512_loadu_ps(sums[r] + i * 16);
+        for (int j = shared; j < rk[r].n; j++) {
+            const int key = j < rk[r].lead ? j : kt[j - rk[r].lead];
+            const int ahead = j + ATT_AHEAD;
+            if (ahead < rk[r].n)
+                prefetch_row((const char *)vc + (size_t)(ahead < rk[r].lead ? ahead : kt[ahead - rk[r].lead]) *
+                             row_bytes, (int)row_bytes);
+            add_value(acc, sr + j, stride, nh, (const char *)vc + (size_t)key * row_bytes, L, HALF);
         }
         for (int h = 0; h < nh; h++)
-            for (int i = 0; i < L; i++)
-                _mm512_storeu_ps(out + r * ld + (size_t)h * D + i * 16,
-                                 _mm512_mul_ps(acc[r][h * L + i], _mm512_set1_ps(inv[r][h])));
+            for (int c = 0; c < L; c++)
+                _mm512_storeu_ps(out + r * ld + (size_t)h * D + c * 16,
+                                 _mm512_mul_ps(acc[h * L + c], _mm512_set1_ps(inv[r][h])));
     }
 }
 

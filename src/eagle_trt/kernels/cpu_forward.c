@@ -232,6 +232,9 @@ static void rope(float *x, const float *cos, const float *sin, int T, int nh, in
 
 /* e^x per lane, deterministic: x = n ln2 + r, |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (error < 1e-8
  * relative, under float32's half ulp), scaled by 2^n; saturates to 0 below -103.9 and to e^88.7 above. */
+/* Lanes 0..n-i-1 of the 16 at i (all 16 from n - i >= 16 on). */
+static inline __mmask16 tail_mask(int n, int i) { return n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1); }
+
 static inline __m512 exp512(__m512 x) {
     x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.9f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
@@ -248,7 +251,7 @@ static inline __m512 exp512(__m512 x) {
 static void swiglu(float *g, const float *u, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 k = tail_mask((int)n, (int)i);
         const __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i);
         const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
         _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv));
@@ -275,12 +278,19 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
     float *att = v + (size_t)T * nkv * D;        /* [T][nh*D] */
     float *g = att + (size_t)T * nh * D;         /* [T][inter] */
     float *u = g + (size_t)T * m->inter;         /* [T][inter] */
-    float *scores = u + (size_t)T * m->inter;    /* [threads][ATT_ROWS][heads per pass + 1][max_len]: scores, keys */
+    float *scores = u + (size_t)T * m->inter;    /* [threads][ATT_GROUP][heads per pass][max_len] */
     int max_len = 0;
     for (int s = 0; s < n_seg; s++) max_len = segs[s].max_len > max_len ? segs[s].max_len : max_len;
     const float scale = 1.0f / sqrtf((float)D);
     const int heads_per_pass = ATT_LANES / (D / 16), per_kv = (group + heads_per_pass - 1) / heads_per_pass;
     const int passes = nkv * per_kv;  /* attention tasks per row: a K/V head's query heads, a pass at a time */
+    const int threads = omp_get_max_threads();
+    RowKeys *rk = malloc((size_t)T * sizeof(RowKeys));
+    int32_t *tail = rk ? row_keys(n_seg, segs, T, rk) : NULL;
+    if (!tail) {
+        free(rk);
+        return -2;
+    }
 
     for (int l = 0; l <= m->n_layers; l++) {
         for (int c = 0; c < n_capture; c++)
@@ -304,11 +314,14 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
                     store_cached(S->k, slot, k + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
                     store_cached(S->v, slot, v + ((size_t)(row0 + t) * nkv + kh) * D, D, S->half);
                 }
-            /* a K/V head's rows in turn, ATT_ROWS at a time from 2 * ATT_ROWS rows on (a row's numbers do not depend
-             * on its group: attend_rows): a verify block re-reads that head's cache while it is still in L2, and the
-             * rows of a group read the keys and values they all see once */
-            const int per = S->rows >= 2 * ATT_ROWS ? ATT_ROWS : 1;  /* fewer rows: more tasks for the threads */
-            const int groups = (S->rows + per - 1) / per;
+            /* a K/V head's rows in groups of up to ATT_GROUP: the rows of a group read the keys and values they all
+             * see once (a row's numbers do not depend on its group: attend_group). Fewer, larger groups where the
+             * threads still get an even share of tasks (one thread: one group per K/V head). */
+            int groups = 1;
+            while (threads > 1 && (passes * groups) % threads && groups < S->rows) groups++;
+            if (groups < (S->rows + ATT_GROUP - 1) / ATT_GROUP) groups = (S->rows + ATT_GROUP - 1) / ATT_GROUP;
+            const int per = (S->rows + groups - 1) / groups;
+            groups = (S->rows + per - 1) / per;
 #pragma omp parallel for schedule(static) collapse(2)
             for (int pass = 0; pass < passes; pass++)
                 for (int gi = 0; gi < groups; gi++) {
@@ -316,19 +329,15 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
                     const int kh = pass / per_kv, h0 = kh * group + (pass % per_kv) * heads_per_pass;
                     const int nq = group - (h0 - kh * group) < heads_per_pass ? group - (h0 - kh * group) : heads_per_pass;
                     const size_t kv_off = (layer_off + (size_t)kh * S->max_len * D) * (S->half ? 2 : 4);  /* bytes */
-                    float *mine = scores + (size_t)omp_get_thread_num() * ATT_ROWS * (heads_per_pass + 1) * max_len;
+                    float *mine = scores + (size_t)omp_get_thread_num() * ATT_GROUP * heads_per_pass * max_len;
                     const size_t ld = (size_t)nh * D;  /* from one row's q (and output) to the next row's */
                     const float *qr = q + (row0 + t) * ld + (size_t)h0 * D;
                     float *outr = att + (row0 + t) * ld + (size_t)h0 * D;
-                    int32_t *keys = (int32_t *)(mine + (size_t)ATT_ROWS * heads_per_pass * max_len);
                     const char *kc = (const char *)S->k + kv_off, *vc = (const char *)S->v + kv_off;
-#define ATTEND(r, half) attend_rows(qr, ld, nq, kc, vc, D, S, t, r, scale, mine, max_len, keys, outr, half)
-                    if (R == ATT_ROWS) {
-                        if (S->half) ATTEND(ATT_ROWS, 1); else ATTEND(ATT_ROWS, 0);
-                    } else {
-                        if (S->half) ATTEND(1, 1); else ATTEND(1, 0);
-                    }
-#undef ATTEND
+                    if (S->half)
+                        attend_group(qr, ld, nq, kc, vc, D, rk + row0 + t, tail, R, scale, mine, max_len, outr, 1);
+                    else
+                        attend_group(qr, ld, nq, kc, vc, D, rk + row0 + t, tail, R, scale, mine, max_len, outr, 0);
                 }
             row0 += S->rows;
         }
@@ -341,6 +350,8 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
         linear(&L->down, T, g, h);
         for (size_t i = 0; i < (size_t)T * H; i++) x[i] += h[i];
     }
+    free(tail);
+    free(rk);
     rms_norm(x, m->final_norm, T, H, m->eps, hidden);
     if (n_logit < 0) {
         linear(&m->lm_head, T, hidden, logits);
@@ -354,7 +365,7 @@ int ef_forward(const Model *m, int T, float *x, const float *cos, const float *s
 /* Floats of scratch ef_forward needs for T rows and caches of up to max_len slots, with `threads` OpenMP threads. */
 long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
     const int nhd = m->heads * m->head_dim, wide = m->hidden > nhd ? m->hidden : nhd;
-    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * ATT_ROWS * (ATT_LANES / (m->head_dim / 16) + 1) * max_len;
+    return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * ATT_GROUP * (ATT_LANES / (m->head_dim / 16)) * max_len;
 }
 
 /* 1 when this build has the 8-bit-activation linears (the CPU has AVX-512 VNNI). */
@@ -376,19 +387,8 @@ void ef_head_topk(const Linear *head, int n, const float *x, int k, float *logit
         const float *lr = logits + (size_t)r * V;
         int32_t *ir = ids + (size_t)r * k;
         float *sr = scores + (size_t)r * k;
-        __m512 mx = _mm512_set1_ps(-INFINITY);
-        for (int i = 0; i < V; i += 16) {
-            const __mmask16 m = V - i >= 16 ? 0xFFFF : (__mmask16)((1u << (V - i)) - 1);
-            mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, lr + i));
-        }
-        const float top = _mm512_reduce_max_ps(mx);
-        __m512 sum = _mm512_setzero_ps();
-        for (int i = 0; i < V; i += 16) {
-            const __mmask16 m = V - i >= 16 ? 0xFFFF : (__mmask16)((1u << (V - i)) - 1);
-            sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, lr + i),
-                                                                                _mm512_set1_ps(top)))));
-        }
-        const float lse = top + logf(_mm512_reduce_add_ps(sum));
+        const float top = max_of(lr, V);
+        const float lse = top + logf(sum_exp((float *)lr, V, top, 0));
         int have = 0;  /* ir/sr hold the best `have` so far, best first (sr: logits until the end) */
         for (int i = 0; i < V; i++) {
             const float v = lr[i];

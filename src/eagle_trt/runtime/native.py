@@ -164,9 +164,13 @@ class NativeWeights:
         def ptr(tensor):
             return None if tensor is None else ctypes.c_void_p(tensor.data_ptr())
 
-        return self.lib.ef_forward(ctypes.byref(self.model), t, ptr(x), ptr(cos), ptr(sin), len(segs), segs,
-                                   len(capture), cap, ptr(captured), ptr(hidden), n_logit, picked, ptr(logits),
-                                   ptr(scratch))
+        rc = self.lib.ef_forward(ctypes.byref(self.model), t, ptr(x), ptr(cos), ptr(sin), len(segs), segs,
+                                 len(capture), cap, ptr(captured), ptr(hidden), n_logit, picked, ptr(logits),
+                                 ptr(scratch))
+        if rc == -2:
+            raise EagleTrtError(f"the native forward could not allocate the key lists of {t} rows",
+                                "free memory on this machine, or send shorter prompts")
+        return rc
 
 
 class NativeForward(NativeWeights):
