@@ -80,6 +80,41 @@ def test_running_requests_decode_plainly_while_the_batch_is_a_plain_one(int8_dec
     assert max(stats.accepted_lengths) > 1 or stats.num_draft_tokens > 0
 
 
+def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder):
+    """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
+    5 ms) and speculates only while that commits more tokens per second per request. The tiny random draft accepts
+    little: at 20 ms the batch runs plain rounds after its first measurements, at 5 ms it keeps speculating. Outputs
+    equal plain decoding alone either way."""
+    from eagle_trt.runtime.backoff import Backoff
+
+    plain_rounds = {}
+    for spec_s in (0.02, 0.005):
+        decoder = int8_decoder.with_backoff(Backoff(first_probe=3, probe_steps=2, interval=8, max_interval=32))
+        batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:3"))
+        view = batcher.views[resolve("chain:3")]
+        now = [0.0]
+
+        def clock(view=view, spec_s=spec_s):
+            now[0] += 0.01 if view.plain_now else spec_s
+            return now[0]
+
+        batcher.clock = clock
+        slots = [batcher.start(p, 40, key=i) for i, p in enumerate(PROMPTS[:2])]
+        tokens, modes = {0: [], 1: []}, []
+        while batcher.active:
+            for slot, step in batcher.round():
+                tokens[slot.key] += step.token_ids
+            modes.append(view.plain_now)
+        assert all(s.error is None for s in slots)
+        for i in range(2):
+            assert tokens[i] == _plain_alone(int8_decoder, PROMPTS[i], 40)
+        plain_rounds[spec_s] = (modes.count(True), len(modes))
+        assert 2 in batcher.batch_backoff and batcher.batch_backoff[2].times.seconds[True] == pytest.approx(spec_s)
+    slow, fast = plain_rounds[0.02], plain_rounds[0.005]
+    assert slow[0] > slow[1] // 2, plain_rounds  # mostly plain where speculating loses
+    assert fast[0] <= 2, plain_rounds  # the two rounds that timed plain decoding once
+
+
 def test_requests_join_and_leave_between_rounds(int8_decoder):
     batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3"))
     first = batcher.start(PROMPTS[0], 20, key="first")

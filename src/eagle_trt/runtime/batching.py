@@ -13,6 +13,12 @@ running when it starts, down to plain decoding (`none`) through the same decoder
 decodes plainly, every running request takes plain steps too (its draft catches up when the batch shrinks): a
 request that started alone would otherwise keep adding its tree's rows to every step of a full batch.
 
+With the decoder's backoff (runtime.backoff) the batch backs off as one too: per batch size of 2 or more, rounds
+speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
+(a round's tokens come out in the next round; rounds where a request prefills are not measured), with the same
+probing schedule as one request's. A policy's tree that pays on the workload it was measured on can lose on
+another (e.g. fewer accepted tokens, or one core per engine): the batch then decodes plainly and probes again.
+
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
 755 MB, and zeroing it took ~0.3 s during which no running request advanced. Finished requests' caches are kept for
@@ -26,6 +32,7 @@ the next ones (the smallest that fits is taken), at most max_batch + 1 of them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -33,6 +40,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
+from eagle_trt.runtime.backoff import BackoffState, StepTimes
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
@@ -72,6 +80,10 @@ class Batcher:
         if self._fits(own, decoder.max_seq_len):
             self.spare.append(own)
         self.active: list[Slot] = []
+        self.backoff = decoder.backoff  # None: the policy's tree at every batch size, always
+        self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
+        self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, seconds) of the last round
+        self.clock = time.perf_counter
 
     def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
               stop_token_ids: Sequence[int] = (), key: object = None,
@@ -101,11 +113,18 @@ class Batcher:
         the StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
         events: list[tuple[Slot, StepOutput]] = []
         waiting = {}  # slot -> the BaseCall or DraftCall it waits on
-        plain_now = self.policy.tree_for(len(self.active)) is None
+        t0 = self.clock()
+        prefilling = any(slot.generation.stats.steps == 0 for slot in self.active)
+        for slot in list(self.active):  # the last round's answers: each request's StepOutput
+            self._advance(slot, events, waiting, until_output=True)
+        self._measure(sum(len(step.token_ids) for _, step in events))
+        batch = len(self.active)
+        speculate = self._speculates(batch)
         for view in self.views.values():
-            view.plain_now = plain_now
+            view.plain_now = not speculate
         for slot in list(self.active):
-            self._advance(slot, events, waiting)
+            if slot not in waiting:
+                self._advance(slot, events, waiting)
         while True:
             drafts = [(slot, call) for slot, call in waiting.items() if isinstance(call, DraftCall)]
             if not drafts:
@@ -122,15 +141,39 @@ class Batcher:
                 results = self.decoder.base.forward_packed([c for _, c in calls], self.decoder.capture)
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
+        measured = waiting and not prefilling and batch in self.batch_backoff
+        self.measured = (batch, speculate, self.clock() - t0) if measured else None
         return events
 
-    def _advance(self, slot: Slot, events: list, waiting: dict) -> None:
-        """Resume `slot` until it waits on a forward (recorded in `waiting`) or ends; its StepOutputs go to events."""
+    def _speculates(self, batch: int) -> bool:
+        """Whether this round's requests draft: the policy's tree at this batch size, then (backoff, batch >= 2) the
+        batch's own choice."""
+        if self.policy.tree_for(batch) is None:
+            return False
+        if self.backoff is None or batch < 2:  # one request: its own backoff decides
+            return True
+        if batch not in self.batch_backoff:
+            self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
+        return self.batch_backoff[batch].speculate()
+
+    def _measure(self, tokens: int) -> None:
+        """The last round's base forward committed `tokens` (they came out in this round): per request, to the
+        backoff of its batch size."""
+        if self.measured is not None:
+            batch, speculated, seconds = self.measured
+            self.batch_backoff[batch].record(speculated, tokens / batch, seconds)
+            self.measured = None
+
+    def _advance(self, slot: Slot, events: list, waiting: dict, until_output: bool = False) -> None:
+        """Resume `slot` until it waits on a forward (recorded in `waiting`), ends, or (`until_output`) gives a
+        StepOutput; its StepOutputs go to events."""
         try:
             while True:
                 item = slot.generation.advance()
                 if isinstance(item, StepOutput):
                     events.append((slot, item))
+                    if until_output:
+                        return
                     continue
                 waiting[slot] = item
                 return
