@@ -10,6 +10,7 @@
   the reference that quantizes the activations as llama.cpp does, within float32 summation error, rows bitwise
   independent; on the demo, next-token distributions within 0.1 (L1, mean over a prompt's rows) of float32 and the
   same top-1 on >= 95 % of rows; EAGLE equals plain decoding exactly; packed equals alone.
+- One thread runs the kernel built without OpenMP: the same bits as the OpenMP build on two threads.
 - Tiny transformers-written families (biases, llama3 and YaRN RoPE, tied heads): logits equal transformers' within
   float32 error; q/k-norm and sliding-window models are refused by name; native on a GPU is refused.
 """
@@ -242,6 +243,33 @@ def test_packed_forward_equals_each_sequence_alone(demo, engine):
     for joint, single in zip(together, alone):
         assert torch.equal(joint[0], single[0]) and torch.equal(joint[1], single[1])
     assert torch.equal(caches[0].k[:, :, :20], caches[2].k[:, :, :20])
+
+
+def test_one_thread_runs_the_build_without_openmp_and_computes_the_same_bits(demo, engine):
+    """On one thread the kernel runs its build without OpenMP (runtime.native picks it per call); a prompt, then a
+    4-row verify block over it, give the same logits, hidden states and cache bits as the OpenMP build on two
+    threads (where attention also groups the rows differently)."""
+    from eagle_trt.kernels.cpu_build import load_cpu_forward
+    from eagle_trt.runtime.model import BaseCall
+
+    tok, _, _ = demo
+    base = engine.base
+    ids = torch.tensor(_prompt(tok, 4)[:30])  # [30]
+    block = torch.tensor([5, 17, 42, 9])  # [4] a root and three draft tokens, causal
+    outs, caches, threads = [], [], torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            assert base.native.lib is load_cpu_forward(n > 1)
+            cache = base.new_cache(64)
+            with torch.inference_mode():
+                base.forward_packed([BaseCall(ids, torch.arange(30), 0, cache=cache)])
+                outs.append(base.forward_packed([BaseCall(block, torch.arange(30, 34), 30, cache=cache)])[0])
+            caches.append(cache)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert torch.equal(caches[0].k[:, :, :34], caches[1].k[:, :, :34])
 
 
 @pytest.mark.parametrize("variant", ["llama31", "llama_bias", "qwen2", "qwen25_tied", "qwen25_yarn"])

@@ -1,9 +1,10 @@
 """Build and load cpu_forward.c, the fused CPU forward of the `native` precision: gcc compiles it once per source
 and machine into the cache (EAGLE_TRT_CACHE, default ~/.cache/eagle-trt/kernels; about 3 s on 2 cores), ctypes
-loads it. It links the OpenMP runtime torch already loaded, so the two share one thread pool.
+loads it. It links the OpenMP runtime torch already loaded, so the two share one thread pool; a second build
+without OpenMP serves callers on one thread.
 
-    load_cpu_forward() -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads, ef_linear, ef_has_q8,
-                          ef_repacked_bytes, ef_repack
+    load_cpu_forward(parallel=True) -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads, ef_linear,
+                                       ef_has_q8, ef_repacked_bytes, ef_repack, ef_head_topk
 """
 
 from __future__ import annotations
@@ -52,19 +53,23 @@ def _torch_gomp() -> list[str]:
 
 
 @cache
-def load_cpu_forward() -> ctypes.CDLL:
+def load_cpu_forward(parallel: bool = True) -> ctypes.CDLL:
+    """The kernel library; `parallel` False: built without OpenMP (its pragmas ignored, the same arithmetic), for
+    callers on one thread, where entering and leaving each parallel region cost a forward 4-10 % (A/B in one process,
+    docs/native_cpu.md)."""
     reason = cpu_supports_native()
     if reason:
         raise EagleTrtError(reason, NATIVE_HINT)
     cc = os.environ.get("CC", "gcc")
+    flags = CFLAGS if parallel else [f for f in CFLAGS if f != "-fopenmp"]
     source = b"".join(p.read_bytes() for p in (SOURCE, *HEADERS))
     cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    key = hashlib.sha256(source + " ".join(CFLAGS).encode() + cpu.encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
     out = cache_root() / "kernels" / f"cpu_forward-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cc, *CFLAGS, str(SOURCE), "-o", str(tmp), *_torch_gomp(), "-lm"]
+        cmd = [cc, *flags, str(SOURCE), "-o", str(tmp), *(_torch_gomp() if parallel else []), "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)

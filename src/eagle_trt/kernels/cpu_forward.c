@@ -16,7 +16,8 @@
  *   node exactly as a one-token decode step would, which keeps EAGLE's output identical to plain decoding on this
  *   engine.
  *
- * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off); the ctypes structs in
+ * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off, and once more without
+ * -fopenmp for one-thread callers: the same arithmetic); the ctypes structs in
  * eagle_trt.runtime.native mirror the ones below.
  */
 #include <math.h>
@@ -24,7 +25,12 @@
 #include <string.h>
 #include <stdlib.h>
 #include <immintrin.h>
+#ifdef _OPENMP
 #include <omp.h>
+#else /* the one-thread build (cpu_build: parallel=False): the pragmas are ignored */
+static inline int omp_get_max_threads(void) { return 1; }
+static inline int omp_get_thread_num(void) { return 0; }
+#endif
 
 enum { W_F32 = 0, W_Q4_0 = 1, W_Q4_1 = 2, W_Q8_0 = 3 };
 #define QK 32   /* weights per block */
