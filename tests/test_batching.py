@@ -94,7 +94,7 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
         view = batcher.views[resolve("chain:3")]
         now = [0.0]
 
-        def clock(view=view, spec_s=spec_s):
+        def clock(view=view, spec_s=spec_s, now=now):  # a round's seconds: its mode's, read at the next round
             now[0] += 0.01 if view.plain_now else spec_s
             return now[0]
 

@@ -15,8 +15,9 @@ request that started alone would otherwise keep adding its tree's rows to every 
 
 With the decoder's backoff (runtime.backoff) the batch backs off as one too: per batch size of 2 or more, rounds
 speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
-(a round's tokens come out in the next round; rounds where a request prefills are not measured), with the same
-probing schedule as one request's. A policy's tree that pays on the workload it was measured on can lose on
+(a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
+with them counts; rounds where a request prefills are not measured), with the same probing schedule as one
+request's. A policy's tree that pays on the workload it was measured on can lose on
 another (e.g. fewer accepted tokens, or one core per engine): the batch then decodes plainly and probes again.
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
@@ -82,7 +83,7 @@ class Batcher:
         self.active: list[Slot] = []
         self.backoff = decoder.backoff  # None: the policy's tree at every batch size, always
         self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
-        self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, seconds) of the last round
+        self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, clock at its start): last round
         self.clock = time.perf_counter
 
     def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
@@ -117,7 +118,7 @@ class Batcher:
         prefilling = any(slot.generation.stats.steps == 0 for slot in self.active)
         for slot in list(self.active):  # the last round's answers: each request's StepOutput
             self._advance(slot, events, waiting, until_output=True)
-        self._measure(sum(len(step.token_ids) for _, step in events))
+        self._measure(sum(len(step.token_ids) for _, step in events), t0)
         batch = len(self.active)
         speculate = self._speculates(batch)
         for view in self.views.values():
@@ -142,7 +143,7 @@ class Batcher:
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
         measured = waiting and not prefilling and batch in self.batch_backoff
-        self.measured = (batch, speculate, self.clock() - t0) if measured else None
+        self.measured = (batch, speculate, t0) if measured else None
         return events
 
     def _speculates(self, batch: int) -> bool:
@@ -156,12 +157,13 @@ class Batcher:
             self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
         return self.batch_backoff[batch].speculate()
 
-    def _measure(self, tokens: int) -> None:
-        """The last round's base forward committed `tokens` (they came out in this round): per request, to the
-        backoff of its batch size."""
+    def _measure(self, tokens: int, now: float) -> None:
+        """The last round's base forward committed `tokens` (they came out in this round): per request, with the
+        seconds from that round's start to this one's (what the caller did with its outputs, e.g. sending them,
+        counts: a plain round sends more per token), to the backoff of its batch size."""
         if self.measured is not None:
-            batch, speculated, seconds = self.measured
-            self.batch_backoff[batch].record(speculated, tokens / batch, seconds)
+            batch, speculated, started = self.measured
+            self.batch_backoff[batch].record(speculated, tokens / batch, now - started)
             self.measured = None
 
     def _advance(self, slot: Slot, events: list, waiting: dict, until_output: bool = False) -> None:
