@@ -4,6 +4,7 @@ Also reads the `llama.*` metadata into a HF-style config dict (`gguf_config`).""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 from eagle_trt.checkpoints.weight_reader import WeightReader
@@ -17,25 +18,22 @@ IN_LAYER = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v"
 
 
 def _reader(path: Path):
+    """The file's parsed header (checkpoints.gguf_file), or an EagleTrtError naming what is wrong with it."""
     try:
-        import gguf
+        import gguf  # noqa: F401 - its type tables name the tensors' block types
     except ImportError:
         raise missing_extra("gguf", "gguf") from None
+    from eagle_trt.checkpoints.gguf_file import open_gguf
+
     try:
-        return gguf.GGUFReader(str(path))
-    except Exception as exc:  # the gguf package raises ValueError/struct.error/... on damaged files
+        return open_gguf(path)
+    except (ValueError, struct.error, UnicodeDecodeError, KeyError) as exc:
         raise EagleTrtError(f"{path} is not a readable GGUF file ({type(exc).__name__}: {exc})",
                             "re-download the file") from None
 
 
 def _field(reader, key: str):
-    field = reader.fields.get(key)
-    if field is None:
-        return None
-    value = field.parts[field.data[0]]
-    if field.types and field.types[0].name == "STRING":
-        return bytes(value).decode("utf-8")
-    return value.tolist()[0]
+    return reader.fields.get(key)
 
 
 def gguf_config(path: Path) -> dict:
@@ -47,7 +45,7 @@ def gguf_config(path: Path) -> dict:
     heads = _field(r, "llama.attention.head_count")
     hidden = _field(r, "llama.embedding_length")
     names = {t.name for t in r.tensors}
-    vocab = len(r.fields["tokenizer.ggml.tokens"].data) if "tokenizer.ggml.tokens" in r.fields else None
+    vocab = len(r.fields["tokenizer.ggml.tokens"]) if "tokenizer.ggml.tokens" in r.fields else None
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
         "intermediate_size": _field(r, "llama.feed_forward_length"),
