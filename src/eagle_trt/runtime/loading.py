@@ -114,7 +114,8 @@ def draft_args(spec: DraftSpec) -> LlamaArgs:
 def build_draft(spec: DraftSpec, base_spec: ModelSpec, base: Llama | None) -> DraftHead:
     """An un-initialised draft head of the right shape (weights on the meta device if base is None)."""
     args = draft_args(spec)
-    embed = base.embed_tokens if base is not None else torch.nn.Embedding(spec.vocab_size, spec.hidden_size)
+    embed = base.embed_tokens if base is not None else torch.nn.Embedding(  # uninitialised (see Llama)
+        spec.vocab_size, spec.hidden_size, _weight=torch.empty(spec.vocab_size, spec.hidden_size))  # [V, H]
     if spec.format == "eagle1":
         lm_head = base.lm_head if base is not None else torch.nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         return Eagle1Draft(args, embed, lm_head, bias=spec.has_fc_bias)

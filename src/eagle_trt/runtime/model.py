@@ -288,7 +288,9 @@ class Llama(nn.Module):
     def __init__(self, args: LlamaArgs):
         super().__init__()
         self.args = args
-        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        # uninitialised (the checkpoint fills it): a random init on the meta device imports torch._dynamo (~2 s)
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size,
+                                         _weight=torch.empty(args.vocab_size, args.hidden_size))  # [V, H]
         self.layers = nn.ModuleList(DecoderLayer(args, sliding=i in args.sliding_layers)
                                     for i in range(args.num_hidden_layers))
         self.norm = RMSNorm(args.hidden_size, args.rms_norm_eps)
