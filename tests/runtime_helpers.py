@@ -50,6 +50,8 @@ def tiny_decoder(tree: str, vocab: int = 8, seed: int = 0, draft: bool = True) -
     torch.manual_seed(seed)
     args = LlamaArgs(num_hidden_layers=1, hidden_size=16, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
                      intermediate_size=32, vocab_size=vocab)
+    # the draws Llama's embedding init took before the embedding was left uninitialised: each seed keeps its model
+    torch.empty(vocab, args.hidden_size).normal_()
     base = Llama(args)
     with torch.no_grad():
         for p in base.parameters():
