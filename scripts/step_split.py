@@ -1,7 +1,8 @@
 """Where a served engine's round goes, at the served thread count: MT-bench first turns through the engine's Batcher
 one request at a time (1 stream), the demo's GGUF base and EAGLE-1 draft, native-q8, each base forward timed by its
-rows (1: plain step, 2+: verify block, prefill), each packed draft forward, and the rest (Python) per round. Then the
-base forwards the run made are replayed alone, so a block's cost in the loop can be told from its cost by itself.
+rows (1: plain step, 2+: verify block, prefill), each packed draft forward, and the rest (Python) per round.
+Runs of two settings lie minutes apart, and this machine's speed moves 10-30 % between minutes: compare parts within
+a run, or runs repeated in turn.
 
     .venv/bin/python scripts/step_split.py --tree chain:1 --seconds 30 [--threads 1] [--json out.json]
     .venv/bin/python scripts/step_split.py --tree none ...          # plain decoding on the same engine
@@ -47,7 +48,6 @@ def main() -> None:
     batcher = Batcher(decoder, 1, LoadPolicy.parse(args.tree))
 
     seconds: dict[str, list[float]] = defaultdict(list)
-    kept: list[tuple] = []  # (calls, capture) of the non-prefill base forwards, replayed below
     base_forward, draft_forward = Llama.forward_packed, DraftHead.forward_packed
 
     def timed_base(model, calls, capture=()):
@@ -55,8 +55,6 @@ def main() -> None:
         t = time.perf_counter()
         out = base_forward(model, calls, capture)
         seconds[f"base, {rows} row(s)" if rows <= 16 else "base, prefill"].append(time.perf_counter() - t)
-        if rows <= 16 and len(kept) < 400:
-            kept.append((calls, capture))
         return out
 
     def timed_draft(head, calls):
@@ -77,32 +75,23 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     Llama.forward_packed, DraftHead.forward_packed = base_forward, draft_forward
 
-    replay: dict[str, list[float]] = defaultdict(list)
-    with torch.inference_mode():
-        for _ in range(3):
-            for calls, capture in kept:
-                t = time.perf_counter()
-                decoder.base.forward_packed(calls, capture)
-                replay[f"base, {sum(c.input_ids.shape[0] for c in calls)} row(s)"].append(time.perf_counter() - t)
 
     ms = 1000.0
     report = {"tree": args.tree, "threads": args.threads, "tok_s": tokens / elapsed, "ms_per_round": ms * elapsed / rounds,
               "tokens_per_round": tokens / rounds, "parts": {}}
     print(f"{args.tree}, {args.threads} thread(s): {tokens / elapsed:.1f} tok/s, {ms * elapsed / rounds:.2f} ms and "
           f"{tokens / rounds:.2f} tokens per round")
-    print("| part | calls | median ms | ms per round | replayed alone: median ms |")
-    print("|---|---|---|---|---|")
+    print("| part | calls | median ms | ms per round |")
+    print("|---|---|---|---|")
     accounted = 0.0
     for name in sorted(seconds):
         xs = seconds[name]
         accounted += sum(xs)
-        alone = statistics.median(replay[name]) * ms if replay.get(name) else None
         report["parts"][name] = {"calls": len(xs), "median_ms": statistics.median(xs) * ms,
-                                 "ms_per_round": sum(xs) * ms / rounds, "replayed_median_ms": alone}
-        print(f"| {name} | {len(xs)} | {statistics.median(xs) * ms:.2f} | {sum(xs) * ms / rounds:.2f} | "
-              f"{'-' if alone is None else f'{alone:.2f}'} |")
+                                 "ms_per_round": sum(xs) * ms / rounds}
+        print(f"| {name} | {len(xs)} | {statistics.median(xs) * ms:.2f} | {sum(xs) * ms / rounds:.2f} |")
     report["parts"]["rest (Python)"] = {"ms_per_round": (elapsed - accounted) * ms / rounds}
-    print(f"| rest (Python) | | | {(elapsed - accounted) * ms / rounds:.2f} | |")
+    print(f"| rest (Python) | | | {(elapsed - accounted) * ms / rounds:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
