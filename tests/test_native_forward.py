@@ -350,6 +350,46 @@ def test_native_draft_topk_is_the_head_log_softmax_topk(demo):
     assert (scores - ref_scores).abs().max().item() < 1e-5
 
 
+def test_native_draft_call_is_its_parts_in_one_c_call(demo, engine):
+    """A draft call in one C call (NativeDraft.forward_packed, kernels/cpu_draft.h) gives the bits its parts give one
+    by one (the layer through `hidden_packed`, then the head's top-k and the base ids): two requests packed, one a
+    causal block over its cache asking for its last row's top-3, one a tree block under a mask asking for every
+    row's top-4; the caches get the same K/V. Bad ids and positions are refused."""
+    from eagle_trt.runtime.draft import DraftCall
+
+    tok, _, _ = demo
+    draft = engine.draft
+    ids = torch.tensor(_prompt(tok, 6)[:13])  # [13]
+    feats = torch.randn(13, draft.args.hidden_size) * 3  # [13, H]
+    mask = torch.ones(3, 8, dtype=torch.bool)  # [3, start + 3]: tree rows 5..7 over slots 0..7
+    mask[1:, 5] = False
+    mask[2, 6] = False
+
+    def calls():
+        caches = [draft.new_cache(32), draft.new_cache(32)]
+        with torch.inference_mode():  # the second request's stable prefix
+            draft.forward_packed([DraftCall(ids[:5], feats[:5], torch.arange(5), 0, caches[1])])
+        return caches, [DraftCall(ids[5:10], feats[5:10], torch.arange(3, 8), 0, caches[0], top_k=3, last_only=True),
+                        DraftCall(ids[10:], feats[10:], torch.tensor([5, 6, 6]), 5, caches[1], mask, top_k=4)]
+
+    with torch.inference_mode():
+        caches, joint = calls()
+        ours = draft.forward_packed(joint)
+        ref_caches, parts = calls()
+        outs = draft.hidden_packed(parts)
+        ref = [draft.native.topk(outs[0][-1:], 3), draft.native.topk(outs[1], 4)]
+    assert torch.equal(ours[0].out, outs[0][-1:]) and torch.equal(ours[1].out, outs[1])
+    for answer, (scores, rows) in zip(ours, ref):
+        assert torch.equal(answer.scores, scores) and torch.equal(answer.ids, draft.to_base_ids(rows))
+    assert draft.vocab_ids is not None and not torch.equal(ours[1].ids, ref[1][1])  # base ids, not head rows
+    for c, r in zip(caches, ref_caches):
+        assert torch.equal(c.k[:, :, :8], r.k[:, :, :8]) and torch.equal(c.v[:, :, :8], r.v[:, :, :8])
+    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's tables"):
+        draft.forward_packed([DraftCall(torch.tensor([49152]), feats[:1], torch.tensor([0]), 0, draft.new_cache(4))])
+    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's tables"):
+        draft.forward_packed([DraftCall(ids[:1], feats[:1], torch.tensor([10 ** 6]), 0, draft.new_cache(4))])
+
+
 def test_a_gguf_base_builds_native_by_default_on_this_cpu():
     """`build --dtype auto` (the pytorch engine on the CPU): a GGUF base runs its blocks as stored (native), an HF
     checkpoint float32 as before."""

@@ -53,7 +53,7 @@ typedef struct { int32_t lead, n, off; } RowKeys;
 static inline int sees(const Segment *S, int row, int j) {
     const uint8_t *mrow = S->mask ? S->mask + (size_t)row * S->mask_cols : NULL;
     if (mrow && S->mask_cols != S->rows) return mrow[j];  /* the mask covers the prefix too */
-    return j < S->start ? 1 : mrow ? mrow[j - S->start] : j - S->start == row;
+    return j < S->start ? 1 : mrow ? mrow[j - S->start] : j - S->start <= row;
 }
 
 /* Every row's visible keys (rk [T], rows of the segments back to back), once per forward (they are the same in every

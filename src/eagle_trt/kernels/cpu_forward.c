@@ -65,7 +65,7 @@ typedef struct {
     void *k, *v;           /* the sequence's cache, [n_layers][kv_heads][max_len][head_dim], float32 or float16 */
     int32_t max_len, start, rows;
     int32_t mask_cols;     /* rows: mask covers the block's keys, the prefix all visible; start + rows: every key */
-    const uint8_t *mask;   /* [rows][mask_cols] the keys a row sees (1), or NULL: the prefix and the row itself */
+    const uint8_t *mask;   /* [rows][mask_cols] the keys a row sees (1), or NULL: the prefix, causal in the block */
     int32_t half;          /* 1: the cache holds float16 (K/V rounded to nearest even when stored), 0: float32 */
 } Segment;
 
@@ -410,3 +410,5 @@ void ef_head_topk(const Linear *head, int n, const float *x, int k, float *logit
         for (int j = have; j < k; j++) sr[j] = -INFINITY, ir[j] = 0;
     }
 }
+
+#include "cpu_draft.h"

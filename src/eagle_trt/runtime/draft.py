@@ -112,26 +112,23 @@ class DraftHead(nn.Module):
 
     def forward_packed(self, calls: list[DraftCall]) -> list[DraftOut]:
         """Several requests' draft calls as one forward (`hidden_packed`), then one head matmul over every row whose
-        top-k a call asks for, each call's top-k taken over its own rows. One DraftOut per call."""
+        top-k a call asks for, each call's top-k taken over its own rows. One DraftOut per call (a draft in C: all
+        of it in one call)."""
+        if self.native is not None:
+            return [DraftOut(*answer) for answer in self.native.forward_packed(self, calls)]
         outs = self.hidden_packed(calls)
         outs = [o[-1:] if c.last_only else o for c, o in zip(calls, outs)]
         wanted = [o for c, o in zip(calls, outs) if c.top_k > 0]
         if not wanted:
             return [DraftOut(o) for o in outs]
         rows = wanted[0] if len(wanted) == 1 else torch.cat(wanted)  # [rows, H]
-        if self.native is not None:  # head, log-softmax and top-k in one C call, for the largest k asked
-            best, best_ids = self.native.topk(rows, max(c.top_k for c in calls))  # [rows, k_max] each
-        else:
-            log_probs = self.log_probs(rows)  # [rows, V_draft]
+        log_probs = self.log_probs(rows)  # [rows, V_draft]
         answers, row = [], 0
         for c, o in zip(calls, outs):
             if c.top_k <= 0:
                 answers.append(DraftOut(o))
                 continue
-            if self.native is not None:  # the k best of a row are the first k of its k_max best
-                scores, idx = best[row:row + o.shape[0], :c.top_k], best_ids[row:row + o.shape[0], :c.top_k]
-            else:
-                scores, idx = log_probs[row:row + o.shape[0]].topk(c.top_k, dim=-1)  # [T_i, k]
+            scores, idx = log_probs[row:row + o.shape[0]].topk(c.top_k, dim=-1)  # [T_i, k]
             answers.append(DraftOut(o, scores, self.to_base_ids(idx)))
             row += o.shape[0]
         return answers

@@ -139,7 +139,8 @@ class NativeWeights:
 
     def _segments(self, parts: list[tuple]) -> tuple:
         """(CSegment array, the mask tensors it points at) for (cache, start, rows, mask, whole) per sequence: mask
-        [rows, rows] (whole False: over the block, the prefix all visible) or [rows, start + rows] bool, or None."""
+        [rows, rows] (whole False: over the block, the prefix all visible) or [rows, start + rows] bool, or None
+        (the prefix all visible, causal over the block)."""
         segs = (CSegment * len(parts))()
         masks = []  # alive until the C call returns
         for i, (cache, start, rows, mask, whole) in enumerate(parts):
@@ -209,11 +210,8 @@ class NativeForward(NativeWeights):
         parts = []
         for c in calls:
             rows = c.input_ids.shape[0]
-            mask = c.tree_mask  # [rows, rows] or None: causal
-            if mask is None and rows > 1:
-                mask = torch.ones(rows, rows, dtype=torch.bool).tril_()  # [rows, rows]
-            parts.append((c.cache or model.cache, c.start, rows, mask, False))
-        segs, masks = self._segments(parts)
+            parts.append((c.cache or model.cache, c.start, rows, c.tree_mask, False))  # mask None: causal
+        segs, _masks = self._segments(parts)
         scratch = self._scratch(t, segs)
         logit_rows, row = [], 0  # rows whose logits are asked for (a prefill: its last)
         for c in calls:
@@ -261,6 +259,62 @@ class NativeDraft(NativeWeights):
         self.model = CModel(1, a.hidden_size, a.intermediate_size, a.num_attention_heads, a.num_key_value_heads,
                             a.head_dim, self.head.rows, a.rms_norm_eps, self.layers, None, self.head)
         self.embed, self.head_dim = draft.embed_tokens, a.head_dim
+        self.table = draft.embed_tokens.weight.detach().float().contiguous()  # [V, H] the base's (shared) embedding
+        if self.table.data_ptr() != draft.embed_tokens.weight.data_ptr():
+            self.keep.append(self.table)
+
+    def forward_packed(self, head, calls) -> list[tuple]:
+        """DraftHead.forward_packed in one C call (kernels/cpu_draft.h): per call (out [T_i, H] ([1, H] with
+        last_only), log-probs [rows, top_k] and base token ids [rows, top_k] of the k best next tokens, or None, None
+        for a call without top_k). The same bits as `rows` and `topk` one by one."""
+        n = len(calls)
+        ids = calls[0].input_ids if n == 1 else torch.cat([c.input_ids for c in calls])  # [T]
+        feats = calls[0].features if n == 1 else torch.cat([c.features for c in calls])  # [T, H]
+        positions = calls[0].positions if n == 1 else torch.cat([c.positions for c in calls])  # [T]
+        ids, positions = ids.to(torch.int64).contiguous(), positions.to(torch.int64).contiguous()
+        feats = feats.float().contiguous()
+        t, h = feats.shape
+        segs, _masks = self._segments([(c.cache if c.cache is not None else head.cache, c.start,
+                                       c.input_ids.shape[0], c.mask, True) for c in calls])
+        top_rows, row = [], 0  # the output rows whose top-k a call asks for
+        for c in calls:
+            rows = c.input_ids.shape[0]
+            if c.top_k > 0:
+                top_rows += [row + rows - 1] if c.last_only else list(range(row, row + rows))
+            row += rows
+        k = max((c.top_k for c in calls), default=0)
+        out = torch.empty(t, h)  # [T, H]
+        scores = torch.empty(len(top_rows), max(k, 1))  # [rows asked for, k]
+        best = torch.empty(len(top_rows), max(k, 1), dtype=torch.int64)  # [rows asked for, k]
+        picked = (ctypes.c_int32 * max(1, len(top_rows)))(*top_rows)
+        vocab = head.vocab_ids
+        cos, sin = head.rope.cos, head.rope.sin  # [max_len, D] float32 each
+        scratch = self._scratch(t, segs)  # held here: a prompt's is freed when the last reference goes
+        rc = self.lib.ef_draft(ctypes.byref(self.model), ctypes.byref(self.fc), ctypes.c_void_p(self.table.data_ptr()),
+                               self.table.shape[0], ctypes.c_void_p(cos.data_ptr()), ctypes.c_void_p(sin.data_ptr()),
+                               cos.shape[0], t, ctypes.c_void_p(ids.data_ptr()), ctypes.c_void_p(feats.data_ptr()),
+                               ctypes.c_void_p(positions.data_ptr()), len(segs), segs, ctypes.c_void_p(out.data_ptr()),
+                               len(top_rows), picked, k, None if vocab is None else ctypes.c_void_p(vocab.data_ptr()),
+                               ctypes.c_void_p(best.data_ptr()), ctypes.c_void_p(scores.data_ptr()),
+                               ctypes.c_void_p(scratch.data_ptr()))
+        if rc == -3:
+            raise EagleTrtError(f"a draft call's token id or position is outside the draft's tables ({self.table.shape[0]} "
+                                f"tokens, {cos.shape[0]} positions)", "send token ids of the base's vocabulary and "
+                                "requests within the engine's max_seq_len")
+        if rc != 0:
+            raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
+        answers, row, top = [], 0, 0
+        for c in calls:
+            rows = c.input_ids.shape[0]
+            o = out[row + rows - 1:row + rows] if c.last_only else out[row:row + rows]
+            if c.top_k > 0:
+                m = o.shape[0]
+                answers.append((o, scores[top:top + m, :c.top_k], best[top:top + m, :c.top_k]))
+                top += m
+            else:
+                answers.append((o, None, None))
+            row += rows
+        return answers
 
     def _weights(self, module) -> CLinear:
         if not self.q8_activations or module.weight.shape[1] % QK:
@@ -274,7 +328,7 @@ class NativeDraft(NativeWeights):
         x = torch.empty(t, h)  # [T, H] fc's output, the residual stream
         self.lib.ef_linear(ctypes.byref(self.fc), t, ctypes.c_void_p(x_in.data_ptr()), ctypes.c_void_p(x.data_ptr()))
         cos, sin = (c.reshape(t, self.head_dim).float().contiguous() for c in (cos, sin))  # [T, D] each
-        segs, masks = self._segments([(s.cache, s.start, s.rows, s.mask, True) for s in segments])
+        segs, _masks = self._segments([(s.cache, s.start, s.rows, s.mask, True) for s in segments])
         out = torch.empty(t, h)  # [T, H]
         rc = self._call(t, x, cos, sin, segs, (), None, None, out, 0, None, None, self._scratch(t, segs))
         if rc != 0:
