@@ -22,11 +22,15 @@
 
 enum { W_X4 = 4, W_X8 = 5 };
 #define GROUP 16 /* output rows per repacked unit */
+/* Units prefetched ahead, into L2 (T1), not L1: the weights stream from L3 once per step, and fetched into L1 they
+ * pushed out the activations and sums the next units read. 32 / T1 against 16 / T0: a one-row step -5 to -9 %, a
+ * two-row verify step -4 to -14 % (SmolLM2 Q4_1, context 300 and 3000, 1 and 2 threads, builds alternating in one
+ * process; docs/native_cpu.md "Prefetching into L2"). */
 #ifndef Q8_AHEAD
-#define Q8_AHEAD 16 /* units prefetched ahead */
+#define Q8_AHEAD 32
 #endif
 #ifndef Q8_HINT
-#define Q8_HINT _MM_HINT_T0
+#define Q8_HINT _MM_HINT_T1
 #endif
 
 static inline size_t unit_bytes(int type) { return type == W_X4 ? 64 + 4 * 64 : 64 + 8 * 64; }
