@@ -32,32 +32,29 @@ def _reader(path: Path):
                             "re-download the file") from None
 
 
-def _field(reader, key: str):
-    return reader.fields.get(key)
-
-
 def gguf_config(path: Path) -> dict:
     """A HF LlamaConfig-style dict from the GGUF metadata."""
     r = _reader(path)
-    arch = _field(r, "general.architecture")
+    f = r.fields  # key -> value (a string array: its StringArray)
+    arch = f.get("general.architecture")
     if arch != "llama":
         raise EagleTrtError(f"{path} holds a {arch!r} model, not llama", "pass a Llama-architecture GGUF")
-    heads = _field(r, "llama.attention.head_count")
-    hidden = _field(r, "llama.embedding_length")
+    heads = f.get("llama.attention.head_count")
+    hidden = f.get("llama.embedding_length")
     names = {t.name for t in r.tensors}
-    vocab = len(r.fields["tokenizer.ggml.tokens"]) if "tokenizer.ggml.tokens" in r.fields else None
+    vocab = len(f["tokenizer.ggml.tokens"]) if "tokenizer.ggml.tokens" in f else None
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
-        "intermediate_size": _field(r, "llama.feed_forward_length"),
-        "num_hidden_layers": _field(r, "llama.block_count"), "num_attention_heads": heads,
-        "num_key_value_heads": _field(r, "llama.attention.head_count_kv") or heads,
+        "intermediate_size": f.get("llama.feed_forward_length"),
+        "num_hidden_layers": f.get("llama.block_count"), "num_attention_heads": heads,
+        "num_key_value_heads": f.get("llama.attention.head_count_kv") or heads,
         "head_dim": hidden // heads, "hidden_act": "silu",
-        "max_position_embeddings": _field(r, "llama.context_length"),
-        "rms_norm_eps": _field(r, "llama.attention.layer_norm_rms_epsilon"),
-        "rope_theta": float(_field(r, "llama.rope.freq_base") or 10000.0), "rope_scaling": None,
+        "max_position_embeddings": f.get("llama.context_length"),
+        "rms_norm_eps": f.get("llama.attention.layer_norm_rms_epsilon"),
+        "rope_theta": float(f.get("llama.rope.freq_base") or 10000.0), "rope_scaling": None,
         "vocab_size": vocab, "tie_word_embeddings": "output.weight" not in names,
-        "bos_token_id": _field(r, "tokenizer.ggml.bos_token_id"), "eos_token_id": _field(r, "tokenizer.ggml.eos_token_id"),
-        "pad_token_id": _field(r, "tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
+        "bos_token_id": f.get("tokenizer.ggml.bos_token_id"), "eos_token_id": f.get("tokenizer.ggml.eos_token_id"),
+        "pad_token_id": f.get("tokenizer.ggml.padding_token_id"), "torch_dtype": "float32",
         "attention_bias": False, "mlp_bias": False,
     }
 
@@ -72,8 +69,8 @@ class GGUFWeightReader(WeightReader):
         super().__init__(path, "gguf")
         self._file = file
         self._r = _reader(file)
-        self._heads = _field(self._r, "llama.attention.head_count")
-        self._kv_heads = _field(self._r, "llama.attention.head_count_kv") or self._heads
+        self._heads = self._r.fields.get("llama.attention.head_count")
+        self._kv_heads = self._r.fields.get("llama.attention.head_count_kv") or self._heads
         self._tensors = {}
         for t in self._r.tensors:
             name = self._hf_name(t.name)

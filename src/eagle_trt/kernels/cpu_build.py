@@ -55,7 +55,7 @@ def _torch_gomp() -> list[str]:
 @cache
 def load_cpu_forward(parallel: bool = True) -> ctypes.CDLL:
     """The kernel library; `parallel` False: built without OpenMP (its pragmas ignored, the same arithmetic), for
-    callers on one thread, where entering and leaving each parallel region cost a forward 4-10 % (A/B in one process,
+    callers on one thread, where entering and leaving each parallel region cost a round 2-20 % (A/B in one process,
     docs/native_cpu.md)."""
     reason = cpu_supports_native()
     if reason:

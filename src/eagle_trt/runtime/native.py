@@ -99,7 +99,8 @@ class NativeWeights:
 
     @property
     def lib(self):
-        """The kernel build for this call: without OpenMP on one thread (the same bits, 4-10 % faster there)."""
+        """The kernel build for this call: without OpenMP on one thread (the same bits; +2 % to +20 % a round there,
+        docs/native_cpu.md)."""
         return load_cpu_forward(torch.get_num_threads() > 1)
 
     def _floats(self, tensor: torch.Tensor | None) -> int | None:
@@ -244,7 +245,8 @@ class NativeForward(NativeWeights):
 class NativeDraft(NativeWeights):
     """An EAGLE-1/2 draft head in C: fc, its one decoder layer (no input norm) and its head (truncated to the draft
     vocabulary when it is). Its float weights are quantized to Q8_0 blocks for native-q8 (the draft only proposes:
-    its numerics set the acceptance rate, never the output), kept float32 for native."""
+    its numerics set the acceptance rate, never the output), kept float32 for native. `forward_packed` runs a whole
+    draft call (embedding, fc, layer, head top-k) in one C call; `rows` and `topk` are its parts."""
 
     def __init__(self, draft, q8_activations: bool):
         super().__init__(q8_activations)
