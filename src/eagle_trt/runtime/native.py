@@ -289,7 +289,7 @@ class NativeDraft(NativeWeights):
         scores = torch.empty(len(top_rows), max(k, 1))  # [rows asked for, k]
         best = torch.empty(len(top_rows), max(k, 1), dtype=torch.int64)  # [rows asked for, k]
         picked = (ctypes.c_int32 * max(1, len(top_rows)))(*top_rows)
-        vocab = head.vocab_ids
+        vocab = None if head.vocab_ids is None else head.vocab_ids.contiguous()  # [V_draft] int64 base ids
         cos, sin = head.rope.cos, head.rope.sin  # [max_len, D] float32 each
         scratch = self._scratch(t, segs)  # held here: a prompt's is freed when the last reference goes
         rc = self.lib.ef_draft(ctypes.byref(self.model), ctypes.byref(self.fc), ctypes.c_void_p(self.table.data_ptr()),
@@ -303,6 +303,9 @@ class NativeDraft(NativeWeights):
             raise EagleTrtError(f"a draft call's token id or position is outside the draft's tables ({self.table.shape[0]} "
                                 f"tokens, {cos.shape[0]} positions)", "send token ids of the base's vocabulary and "
                                 "requests within the engine's max_seq_len")
+        if rc == -2:
+            raise EagleTrtError(f"the native draft forward could not allocate the buffers of {t} rows",
+                                "free memory on this machine, or send shorter prompts")
         if rc != 0:
             raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
         answers, row, top = [], 0, 0
