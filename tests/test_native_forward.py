@@ -384,9 +384,9 @@ def test_native_draft_call_is_its_parts_in_one_c_call(demo, engine):
     assert draft.vocab_ids is not None and not torch.equal(ours[1].ids, ref[1][1])  # base ids, not head rows
     for c, r in zip(caches, ref_caches):
         assert torch.equal(c.k[:, :, :8], r.k[:, :, :8]) and torch.equal(c.v[:, :, :8], r.v[:, :, :8])
-    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's tables"):
+    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's embedding or RoPE table"):
         draft.forward_packed([DraftCall(torch.tensor([49152]), feats[:1], torch.tensor([0]), 0, draft.new_cache(4))])
-    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's tables"):
+    with torch.inference_mode(), pytest.raises(EagleTrtError, match="outside the draft's embedding or RoPE table"):
         draft.forward_packed([DraftCall(ids[:1], feats[:1], torch.tensor([10 ** 6]), 0, draft.new_cache(4))])
 
 

@@ -174,10 +174,19 @@ class NativeWeights:
         rc = self.lib.ef_forward(ctypes.byref(self.model), t, ptr(x), ptr(cos), ptr(sin), len(segs), segs,
                                  len(capture), cap, ptr(captured), ptr(hidden), n_logit, picked, ptr(logits),
                                  ptr(scratch))
-        if rc == -2:
-            raise EagleTrtError(f"the native forward could not allocate the key lists of {t} rows",
-                                "free memory on this machine, or send shorter prompts")
         return rc
+
+    @staticmethod
+    def _check(rc: int, t: int, what: str) -> None:
+        """The C forward's return code as an EagleTrtError (0: nothing); `what` names the model ("model", "draft")."""
+        if rc == -2:
+            raise EagleTrtError(f"the native {what} forward could not allocate the working buffers of {t} rows",
+                                "free memory on this machine, or send shorter prompts")
+        if rc == -3:
+            raise EagleTrtError(f"a {what} call's token id or position is outside the {what}'s embedding or RoPE table",
+                                "send token ids of the base's vocabulary and requests within the engine's max_seq_len")
+        if rc != 0:
+            raise EagleTrtError(f"the native forward rejected the {what}'s shapes", NATIVE_HINT)
 
 
 class NativeForward(NativeWeights):
@@ -230,8 +239,7 @@ class NativeForward(NativeWeights):
                 rc = self._call(t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch)
         else:
             rc = self._call(t, x, cos, sin, segs, capture, cap, captured, hidden, n_logit, picked, logits, scratch)
-        if rc != 0:
-            raise EagleTrtError("the native forward rejected the model's shapes", NATIVE_HINT)
+        self._check(rc, t, "model")
         out, row, logit_row = [], 0, 0
         for c in calls:
             n = c.input_ids.shape[0]
@@ -299,15 +307,7 @@ class NativeDraft(NativeWeights):
                                len(top_rows), picked, k, None if vocab is None else ctypes.c_void_p(vocab.data_ptr()),
                                ctypes.c_void_p(best.data_ptr()), ctypes.c_void_p(scores.data_ptr()),
                                ctypes.c_void_p(scratch.data_ptr()))
-        if rc == -3:
-            raise EagleTrtError(f"a draft call's token id or position is outside the draft's tables ({self.table.shape[0]} "
-                                f"tokens, {cos.shape[0]} positions)", "send token ids of the base's vocabulary and "
-                                "requests within the engine's max_seq_len")
-        if rc == -2:
-            raise EagleTrtError(f"the native draft forward could not allocate the buffers of {t} rows",
-                                "free memory on this machine, or send shorter prompts")
-        if rc != 0:
-            raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
+        self._check(rc, t, "draft")
         answers, row, top = [], 0, 0
         for c in calls:
             rows = c.input_ids.shape[0]
@@ -335,9 +335,8 @@ class NativeDraft(NativeWeights):
         cos, sin = (c.reshape(t, self.head_dim).float().contiguous() for c in (cos, sin))  # [T, D] each
         segs, _masks = self._segments([(s.cache, s.start, s.rows, s.mask, True) for s in segments])
         out = torch.empty(t, h)  # [T, H]
-        rc = self._call(t, x, cos, sin, segs, (), None, None, out, 0, None, None, self._scratch(t, segs))
-        if rc != 0:
-            raise EagleTrtError("the native forward rejected the draft's shapes", NATIVE_HINT)
+        self._check(self._call(t, x, cos, sin, segs, (), None, None, out, 0, None, None, self._scratch(t, segs)), t,
+                    "draft")
         return out
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

@@ -255,8 +255,7 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
         advance("")  # the chains were among the first: a run fewer
     runnable = [static for static in statics if in_budget(static.arg)]
     # in turn, prompt by prompt: measured one after another, a slow minute of the machine picked the tree
-    runs = _interleaved([probe.with_tree(static.arg) for static in runnable], prompts, req.max_tokens) \
-        if runnable else []
+    runs = _interleaved([probe.with_tree(static.arg) for static in runnable], prompts, req.max_tokens)
     for static, (s_tau, s_ms) in zip(runnable, runs):
         advance(static.arg)
         candidates.append(static)
