@@ -6,7 +6,7 @@
 - The demo GGUF base (Q4_1 + Q8_0 as shipped): logits within 5e-4 of the torch float32 engine on its dequantized
   weights, the same greedy tokens; EAGLE output equals plain decoding exactly (chain, dynamic and suffix trees);
   a packed forward of two sequences equals each alone, bit for bit.
-- native-q8 (8-bit activations per 32-block, int32 sums by VNNI over repacked blocks): each block type's linear equals
+- native-q8 (8-bit activations per 32-block, int32 sums by VNNI or AVX2 over repacked blocks): each block type's linear equals
   the reference that quantizes the activations as llama.cpp does, within float32 summation error, rows bitwise
   independent; on the demo, next-token distributions within 0.1 (L1, mean over a prompt's rows) of float32 and the
   same top-1 on >= 95 % of rows; EAGLE equals plain decoding exactly; packed equals alone.
@@ -84,7 +84,7 @@ def test_q8_linear_equals_quantized_activation_reference_and_rows_are_independen
     from eagle_trt.runtime.native import BLOCK_TYPES, CLinear
 
     if not lib.ef_has_q8():
-        pytest.skip("this CPU has no AVX-512 VNNI")
+        pytest.skip("this build has no 8-bit-activation linears (an AVX-512 CPU without VNNI)")
     gen = np.random.default_rng(1)
     out, k = 96, 256
     w = gen.standard_normal((out, k)).astype(np.float32) * 0.05  # [out, K]

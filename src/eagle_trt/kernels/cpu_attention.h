@@ -1,12 +1,12 @@
 /* Attention over the KV cache for cpu_forward.c: one row's softmax(q K^T / sqrt(D)) V over the keys it sees, in a
  * fixed order per row (the exactness rules in cpu_forward.c's header), and K/V rows stored into the cache (float32, or
- * float16 under native-q8). Included by cpu_forward.c after its types and exp512.
+ * float16 under native-q8). Included by cpu_forward.c after its types and vf_exp.
  */
 
 /* 16 cached values at row[i..i+16) as float32: float16 (HALF) or float32 storage. */
-static inline __attribute__((always_inline)) __m512 load_cached(const void *row, int i, const int HALF) {
-    if (HALF) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
-    return _mm512_loadu_ps((const float *)row + i);
+static inline __attribute__((always_inline)) vf load_cached(const void *row, int i, const int HALF) {
+    if (HALF) return vf_load_half((const uint16_t *)row + i);
+    return vf_load((const float *)row + i);
 }
 
 #ifndef ATT_LANES
@@ -21,25 +21,6 @@ static inline __attribute__((always_inline)) __m512 load_cached(const void *row,
  * it evicted the converted keys and the scores a group's rows reuse (cpu_linear_q8.h's Q8_HINT, measured together). */
 static inline void prefetch_row(const void *row, int bytes) {
     for (int i = 0; i < bytes; i += 64) _mm_prefetch((const char *)row + i, _MM_HINT_T1);
-}
-
-/* The 16 lane sums of v[0..16) as one vector, lane i = v[i]'s sum. Every v[i] is reduced by the same sequence of
- * additions over its own lanes (lane l + lane l+8, then the 128-bit halves of that, then adjacent pairs twice),
- * whatever slot it sits in and whatever the other 15 hold: a key's score depends on the key and the query alone. */
-static inline __attribute__((always_inline)) __m512 sum16x16(const __m512 *v) {
-    __m512 s[8], t[4], u[2];
-    for (int i = 0; i < 8; i++)  /* [v0 lanes i + i+8 (8), v1 likewise (8)] */
-        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
-    for (int i = 0; i < 4; i++)  /* 128-bit blocks: [key 4i, 4i+1, 4i+2, 4i+3], 4 lanes each */
-        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xDD));
-    for (int i = 0; i < 2; i++)  /* block j: [key 8i+j: 2 lanes, key 8i+4+j: 2 lanes] */
-        u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0x88),
-                             _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], 0xDD));
-    /* block j: [key j, key 4+j, key 8+j, key 12+j]; then into key order */
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], 0x88), _mm512_shuffle_ps(u[0], u[1], 0xDD));
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
 #ifndef ATT_GROUP
@@ -94,7 +75,7 @@ static int32_t *row_keys(int n_seg, const Segment *segs, int T, RowKeys *rk) {
 
 /* Scores of ranks i0..i1 for R rows' nh query heads (row r's [nh][D] at q + r * ld) into
  * sc[(r * nh + h) * stride + rank], 16 keys at a time, each converted once for all rows: a key's D products summed
- * in order per lane, then its lanes by sum16x16, times scale. Rank i is key i (keys NULL) or keys[i - koff].
+ * in order per lane, then its lanes by vf_sum16x16, times scale. Rank i is key i (keys NULL) or keys[i - koff].
  * kf: [16][D] floats. */
 static inline __attribute__((always_inline)) void score_keys(const float *q, size_t ld, int R, int nh,
                                                              const void *kc, int D, const int32_t *keys, int koff,
@@ -109,23 +90,23 @@ static inline __attribute__((always_inline)) void score_keys(const float *q, siz
             const char *kj = (const char *)kc + (size_t)KEY(i0 + i) * row_bytes;
             if (i0 + i + ATT_AHEAD < i1) prefetch_row((const char *)kc + (size_t)KEY(i0 + i + ATT_AHEAD) * row_bytes,
                                                       (int)row_bytes);
-            for (int c = 0; c < L; c++) _mm512_storeu_ps(kf + i * D + c * 16, load_cached(kj, c * 16, HALF));
+            for (int c = 0; c < L; c++) vf_store(kf + i * D + c * 16, load_cached(kj, c * 16, HALF));
         }
         for (int rh = 0; rh < R * nh; rh++) {
-            __m512 qv[8], p[16];
+            vf qv[8], p[16];
             const float *qh = q + (size_t)(rh / nh) * ld + (size_t)(rh % nh) * D;
-            for (int c = 0; c < L; c++) qv[c] = _mm512_loadu_ps(qh + c * 16);
+            for (int c = 0; c < L; c++) qv[c] = vf_load(qh + c * 16);
             for (int i = 0; i < 16; i++) {
                 if (i >= cnt) {
-                    p[i] = _mm512_setzero_ps();
+                    p[i] = vf_zero();
                     continue;
                 }
-                __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kf + i * D));
-                for (int c = 1; c < L; c++) acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kf + i * D + c * 16), acc);
+                vf acc = vf_mul(qv[0], vf_load(kf + i * D));
+                for (int c = 1; c < L; c++) acc = vf_fmadd(qv[c], vf_load(kf + i * D + c * 16), acc);
                 p[i] = acc;
             }
-            _mm512_mask_storeu_ps(sc + (size_t)rh * stride + i0, tail_mask(cnt, 0),
-                                  _mm512_mul_ps(sum16x16(p), _mm512_set1_ps(scale)));
+            vf_mask_store(sc + (size_t)rh * stride + i0, tail_mask(cnt, 0),
+                                  vf_mul(vf_sum16x16(p), vf_set1(scale)));
         }
     }
 #undef KEY
@@ -133,34 +114,34 @@ static inline __attribute__((always_inline)) void score_keys(const float *q, siz
 
 /* The largest of x[0..n), by 16 lanes then reduced. */
 static inline float max_of(const float *x, int n) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
+    vf mx = vf_set1(-INFINITY);
     for (int i = 0; i < n; i += 16)
-        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n, i), x + i));
-    return _mm512_reduce_max_ps(mx);
+        mx = vf_max(mx, vf_mask_load(vf_set1(-INFINITY), tail_mask(n, i), x + i));
+    return vf_reduce_max(mx);
 }
 
 /* Sum of e^(x[i] - top) over i < n (16 lanes in index order, then reduced); with `store`, x[i] becomes e^(x[i] - top). */
 static inline float sum_exp(float *x, int n, float top, const int store) {
-    __m512 sum = _mm512_setzero_ps();
+    vf sum = vf_zero();
     for (int i = 0; i < n; i += 16) {  /* masked-off lanes add 0 */
-        const __mmask16 k = tail_mask(n, i);
-        const __m512 p = _mm512_maskz_mov_ps(k, exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i),
-                                                                     _mm512_set1_ps(top))));
-        if (store) _mm512_mask_storeu_ps(x + i, k, p);
-        sum = _mm512_add_ps(sum, p);
+        const vmask k = tail_mask(n, i);
+        const vf p = vf_maskz_mov(k, vf_exp(vf_sub(vf_maskz_load(k, x + i),
+                                                                     vf_set1(top))));
+        if (store) vf_mask_store(x + i, k, p);
+        sum = vf_add(sum, p);
     }
-    return _mm512_reduce_add_ps(sum);
+    return vf_reduce_add(sum);
 }
 
 /* One row's running sums of p_j * value_j for nh heads, in registers: acc[h * L + c] += p[h][j] * v[c] for the value
  * row at vj (every lane one FMA per key, keys in rank order). */
-static inline __attribute__((always_inline)) void add_value(__m512 *acc, const float *p, int stride, int nh,
+static inline __attribute__((always_inline)) void add_value(vf *acc, const float *p, int stride, int nh,
                                                             const void *vj, int L, const int HALF) {
-    __m512 vals[ATT_LANES / 2];
+    vf vals[ATT_LANES / 2];
     for (int c = 0; c < L; c++) vals[c] = load_cached(vj, c * 16, HALF);
     for (int h = 0; h < nh; h++) {
-        const __m512 pv = _mm512_set1_ps(p[(size_t)h * stride]);
-        for (int c = 0; c < L; c++) acc[h * L + c] = _mm512_fmadd_ps(pv, vals[c], acc[h * L + c]);
+        const vf pv = vf_set1(p[(size_t)h * stride]);
+        for (int c = 0; c < L; c++) acc[h * L + c] = vf_fmadd(pv, vals[c], acc[h * L + c]);
     }
 }
 
@@ -200,27 +181,27 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, s
     }
     float sums[ATT_GROUP][ATT_LANES * 16];  /* the rows' value sums between chunks of shared keys */
     for (int r = 0; r < R; r++) memset(sums[r], 0, (size_t)nh * D * sizeof(float));
-    float vf[VCHUNK * 128];  /* VCHUNK values as float32, [VCHUNK][D] */
+    float vconv[VCHUNK * 128];  /* VCHUNK values as float32, [VCHUNK][D] */
     for (int j0 = 0; j0 < shared; j0 += VCHUNK) {  /* ranks j0.. are keys j0.. in every row */
         const int cnt = shared - j0 < VCHUNK ? shared - j0 : VCHUNK;
         for (int i = 0; i < cnt; i++) {
             const char *vj = (const char *)vc + (size_t)(j0 + i) * row_bytes;
             if (j0 + i + ATT_AHEAD < shared) prefetch_row(vj + ATT_AHEAD * row_bytes, (int)row_bytes);
-            for (int c = 0; c < L; c++) _mm512_storeu_ps(vf + i * D + c * 16, load_cached(vj, c * 16, HALF));
+            for (int c = 0; c < L; c++) vf_store(vconv + i * D + c * 16, load_cached(vj, c * 16, HALF));
         }
         for (int r = 0; r < R; r++) {
-            __m512 acc[ATT_LANES];
-            for (int i = 0; i < nh * L; i++) acc[i] = _mm512_loadu_ps(sums[r] + i * 16);
+            vf acc[ATT_LANES];
+            for (int i = 0; i < nh * L; i++) acc[i] = vf_load(sums[r] + i * 16);
             for (int i = 0; i < cnt; i++)
-                add_value(acc, scores + (size_t)r * nh * stride + j0 + i, stride, nh, vf + i * D, L, 0);
-            for (int i = 0; i < nh * L; i++) _mm512_storeu_ps(sums[r] + i * 16, acc[i]);
+                add_value(acc, scores + (size_t)r * nh * stride + j0 + i, stride, nh, vconv + i * D, L, 0);
+            for (int i = 0; i < nh * L; i++) vf_store(sums[r] + i * 16, acc[i]);
         }
     }
     for (int r = 0; r < R; r++) {
         const float *sr = scores + (size_t)r * nh * stride;
         const int32_t *kt = tail + rk[r].off;
-        __m512 acc[ATT_LANES];
-        for (int i = 0; i < nh * L; i++) acc[i] = _mm512_loadu_ps(sums[r] + i * 16);
+        vf acc[ATT_LANES];
+        for (int i = 0; i < nh * L; i++) acc[i] = vf_load(sums[r] + i * 16);
         for (int j = shared; j < rk[r].n; j++) {
             const int key = j < rk[r].lead ? j : kt[j - rk[r].lead];
             const int ahead = j + ATT_AHEAD;
@@ -231,8 +212,8 @@ static inline __attribute__((always_inline)) void attend_group(const float *q, s
         }
         for (int h = 0; h < nh; h++)
             for (int c = 0; c < L; c++)
-                _mm512_storeu_ps(out + r * ld + (size_t)h * D + c * 16,
-                                 _mm512_mul_ps(acc[h * L + c], _mm512_set1_ps(inv[r][h])));
+                vf_store(out + r * ld + (size_t)h * D + c * 16,
+                                 vf_mul(acc[h * L + c], vf_set1(inv[r][h])));
     }
 }
 
@@ -243,6 +224,5 @@ static void store_cached(void *cache, size_t slot, const float *src, int D, int 
         return;
     }
     for (int i = 0; i < D; i += 16)
-        _mm256_storeu_si256((__m256i *)((uint16_t *)cache + slot + i),
-                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        vf_store_half((uint16_t *)cache + slot + i, vf_load(src + i));
 }

@@ -22,7 +22,7 @@ from eagle_trt.demo_model import cache_root
 from eagle_trt.errors import EagleTrtError
 
 SOURCE = Path(__file__).with_name("cpu_forward.c")
-HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_linear_q8.h", "cpu_attention.h", "cpu_draft.h"))  # included by SOURCE
+HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_simd.h", "cpu_linear_q8.h", "cpu_attention.h", "cpu_draft.h"))  # included by SOURCE
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE_HINT = "use --dtype int8 (the PyTorch engine's batch-invariant path), which runs on every CPU"
 
@@ -31,16 +31,24 @@ def cpu_supports_native(q8: bool = False) -> str | None:
     """None when this CPU and toolchain can run the native forward (`q8`: with 8-bit activations), else the reason
     it cannot."""
     if platform.machine() not in ("x86_64", "AMD64"):
-        return f"the native CPU forward is written for x86-64 AVX-512, this machine is {platform.machine()}"
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    missing = [f for f in ("avx512f", "f16c", "fma") if f" {f}" not in flags]
-    if missing:
-        return f"the native CPU forward needs AVX-512 (this CPU lacks {', '.join(missing)})"
-    if q8 and " avx512_vnni" not in flags:
-        return "native-q8 sums 8-bit activations with AVX-512 VNNI, which this CPU lacks (--dtype native runs here)"
+        return f"the native CPU forward is written for x86-64 (AVX-512 or AVX2), this machine is {platform.machine()}"
+    flags = set(cpu_flags())
+    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
+    if missing and "avx512f" not in flags:
+        return f"the native CPU forward needs AVX-512 or AVX2 with FMA and F16C (this CPU lacks {', '.join(missing)})"
+    if q8 and "avx512f" in flags and "avx512_vnni" not in flags:
+        return "native-q8 sums 8-bit activations with AVX-512 VNNI on an AVX-512 CPU, which this one lacks " \
+               "(--dtype native runs here)"
     if shutil.which(os.environ.get("CC", "gcc")) is None:
         return "the native CPU forward is compiled at first use and no C compiler (gcc, or $CC) is on PATH"
     return None
+
+
+def cpu_flags() -> list[str]:
+    """The instruction-set flags /proc/cpuinfo lists for this CPU (empty where it is not there)."""
+    info = Path("/proc/cpuinfo")
+    line = next((ln for ln in info.read_text().splitlines() if ln.startswith("flags")), "") if info.exists() else ""
+    return line.partition(":")[2].split()
 
 
 def _torch_gomp() -> list[str]:
@@ -63,14 +71,13 @@ def load_cpu_forward(parallel: bool = True) -> ctypes.CDLL:
     cc = os.environ.get("CC", "gcc")
     flags = CFLAGS if parallel else [f for f in CFLAGS if f != "-fopenmp"]
     source = b"".join(p.read_bytes() for p in (SOURCE, *HEADERS))
-    cpu = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
-    key = hashlib.sha256(source + " ".join(flags).encode() + cpu.encode()).hexdigest()[:16]
+    key = hashlib.sha256(source + " ".join(flags).encode() + " ".join(cpu_flags()).encode()).hexdigest()[:16]
     out = cache_root() / "kernels" / f"cpu_forward-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         cmd = [cc, *flags, str(SOURCE), "-o", str(tmp), *(_torch_gomp() if parallel else []), "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise EagleTrtError(f"compiling the native CPU forward failed: {' '.join(cmd)}\n{proc.stderr[-2000:]}",

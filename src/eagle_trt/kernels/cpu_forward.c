@@ -16,6 +16,8 @@
  *   node exactly as a one-token decode step would, which keeps EAGLE's output identical to plain decoding on this
  *   engine.
  *
+ * Vectors are 16 float32 lanes (cpu_simd.h): one AVX-512 register, or two AVX2 ones on a CPU without AVX-512, the same
+ * float32 operations per lane and the same reduction trees either way.
  * Built by eagle_trt.kernels.cpu_build (gcc -O3 -march=native -fopenmp -ffp-contract=off, and once more without
  * -fopenmp for one-thread callers: the same arithmetic); the ctypes structs in
  * eagle_trt.runtime.native mirror the ones below.
@@ -24,7 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <stdlib.h>
-#include <immintrin.h>
+#include "cpu_simd.h"
 #ifdef _OPENMP
 #include <omp.h>
 #else /* the one-thread build (cpu_build: parallel=False): the pragmas are ignored */
@@ -73,20 +75,20 @@ static inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 
 /* The block's 32 quantized values as float32 (weights 0-15, 16-31) and its scale d and offset m:
  * w = q*d + m (Q4_1), (q-8)*d = q*d + (-8d) (Q4_0), q*d (Q8_0, m = 0). */
-static inline __attribute__((always_inline)) void block_values(const void *data, int type, size_t i, __m512 *q0,
-                                                               __m512 *q1, float *d, float *m) {
+static inline __attribute__((always_inline)) void block_values(const void *data, int type, size_t i, vf *q0,
+                                                               vf *q1, float *d, float *m) {
     if (type == W_Q8_0) {
         const block_q8_0 *blk = (const block_q8_0 *)data + i;
-        *q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)blk->qs)));
-        *q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk->qs + 16))));
+        *q0 = vf_from_i8(blk->qs);
+        *q1 = vf_from_i8(blk->qs + 16);
         *d = fp16(blk->d);
         *m = 0.0f;
         return;
     }
     const uint8_t *qs = type == W_Q4_1 ? ((const block_q4_1 *)data + i)->qs : ((const block_q4_0 *)data + i)->qs;
     const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    *q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0F))));
-    *q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F))));
+    *q0 = vf_from_u8(_mm_and_si128(raw, _mm_set1_epi8(0x0F)));
+    *q1 = vf_from_u8(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F)));
     if (type == W_Q4_1) {
         *d = fp16(((const block_q4_1 *)data + i)->d);
         *m = fp16(((const block_q4_1 *)data + i)->m);
@@ -98,19 +100,19 @@ static inline __attribute__((always_inline)) void block_values(const void *data,
 
 /* Block i (32 weights: 0-15, 16-31) as float32 w0, w1, dequantized as the reference does it: q*d + m with two
  * roundings, m = 0 for Q8_0 and -8d for Q4_0 (exact); float32 rows are read as they are. */
-static inline __attribute__((always_inline)) void block_weights(const void *data, int type, size_t i, __m512 *w0,
-                                                                __m512 *w1) {
+static inline __attribute__((always_inline)) void block_weights(const void *data, int type, size_t i, vf *w0,
+                                                                vf *w1) {
     if (type == W_F32) {
-        *w0 = _mm512_loadu_ps((const float *)data + i * QK);
-        *w1 = _mm512_loadu_ps((const float *)data + i * QK + 16);
+        *w0 = vf_load((const float *)data + i * QK);
+        *w1 = vf_load((const float *)data + i * QK + 16);
         return;
     }
-    __m512 q0, q1;
+    vf q0, q1;
     float d, m;
     block_values(data, type, i, &q0, &q1, &d, &m);
-    const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
-    *w0 = _mm512_add_ps(_mm512_mul_ps(q0, dv), mv);
-    *w1 = _mm512_add_ps(_mm512_mul_ps(q1, dv), mv);
+    const vf dv = vf_set1(d), mv = vf_set1(m);
+    *w0 = vf_add(vf_mul(q0, dv), mv);
+    *w1 = vf_add(vf_mul(q1, dv), mv);
 }
 
 /* Rows t0..t0+NT-1 of y = x W^T for output o. Each block is dequantized once for the NT rows; each row sums into 2
@@ -119,25 +121,25 @@ static inline __attribute__((always_inline)) void block_weights(const void *data
  * (a one-row step is bound by memory: it doubles the speed). */
 static inline __attribute__((always_inline)) void dot_rows(const Linear *L, int o, const float *x, int ldx, float *y,
                                                            int ldy, const int NT, const int type) {
-    __m512 acc[TILE][2];
-    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    vf acc[TILE][2];
+    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = vf_zero();
     const int nb = L->cols / QK;
     const size_t row_bytes = (size_t)nb * (type == W_F32 ? QK * sizeof(float) : type == W_Q8_0 ? sizeof(block_q8_0)
                                            : type == W_Q4_1 ? sizeof(block_q4_1) : sizeof(block_q4_0));
     const char *ahead = (const char *)L->data + (size_t)(o + PREFETCH_ROWS) * row_bytes;
     for (size_t off = 0; off < row_bytes && o + PREFETCH_ROWS < L->rows; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
     for (int b = 0; b < nb; b++) {
-        __m512 w0, w1;
+        vf w0, w1;
         block_weights(L->data, type, (size_t)o * nb + b, &w0, &w1);
         for (int r = 0; r < NT; r++) {
             const float *xr = x + (size_t)r * ldx + b * QK;
-            acc[r][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xr), acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xr + 16), acc[r][1]);
+            acc[r][0] = vf_fmadd(w0, vf_load(xr), acc[r][0]);
+            acc[r][1] = vf_fmadd(w1, vf_load(xr + 16), acc[r][1]);
         }
     }
     const float bias = L->bias ? L->bias[o] : 0.0f;
     for (int r = 0; r < NT; r++)
-        y[(size_t)r * ldy + o] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + bias;
+        y[(size_t)r * ldy + o] = vf_reduce_add(vf_add(acc[r][0], acc[r][1])) + bias;
 }
 
 #define ROWS_CASES(CALL)                                                         \
@@ -201,10 +203,10 @@ static void linear(const Linear *L, int T, const float *x, float *y) {
 
 /* Sum of a[0..n) * b[0..n) in a fixed order (n a multiple of 16: 4 accumulators round-robin). */
 static inline float dot16(const float *a, const float *b, int n) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    vf acc[4] = {vf_zero(), vf_zero(), vf_zero(), vf_zero()};
     for (int i = 0, j = 0; i < n; i += 16, j = (j + 1) & 3)
-        acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc[j]);
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+        acc[j] = vf_fmadd(vf_load(a + i), vf_load(b + i), acc[j]);
+    return vf_reduce_add(vf_add(vf_add(acc[0], acc[1]), vf_add(acc[2], acc[3])));
 }
 
 /* out [T][n] = x / rms(x) * weight, per row (weight NULL: out = x). */
@@ -236,31 +238,30 @@ static void rope(float *x, const float *cos, const float *sin, int T, int nh, in
         }
 }
 
+/* Lanes 0..n-i-1 of the 16 at i (all 16 from n - i >= 16 on). */
+static inline vmask tail_mask(int n, int i) { return n - i >= 16 ? 0xFFFF : (vmask)((1u << (n - i)) - 1); }
+
 /* e^x per lane, deterministic: x = n ln2 + r, |r| <= ln2/2, a degree-7 Taylor polynomial for e^r (error < 1e-8
  * relative, under float32's half ulp), scaled by 2^n; saturates to 0 below -103.9 and to e^88.7 above. */
-/* Lanes 0..n-i-1 of the 16 at i (all 16 from n - i >= 16 on). */
-static inline __mmask16 tail_mask(int n, int i) { return n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1); }
-
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-103.9f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  /* ln2's high part: n*hi exact */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+static inline vf vf_exp(vf x) {
+    x = vf_max(vf_min(x, vf_set1(88.7f)), vf_set1(-103.9f));
+    const vf n = vf_round(vf_mul(x, vf_set1(1.44269504088896341f)));
+    vf r = vf_fnmadd(n, vf_set1(0.693145751953125f), x);  /* ln2's high part: n*hi exact */
+    r = vf_fnmadd(n, vf_set1(1.428606765330187e-06f), r);
     static const float c[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    __m512 p = _mm512_set1_ps(c[0]);
-    for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[i]));
-    return _mm512_scalef_ps(p, n);
+    vf p = vf_set1(c[0]);
+    for (int i = 1; i < 8; i++) p = vf_fmadd(p, r, vf_set1(c[i]));
+    return vf_scalef(p, n);
 }
 
 /* g[i] = silu(g[i]) * u[i] for n values (elementwise: any split over threads gives the same bits). */
 static void swiglu(float *g, const float *u, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i += 16) {
-        const __mmask16 k = tail_mask((int)n, (int)i);
-        const __m512 gv = _mm512_maskz_loadu_ps(k, g + i), uv = _mm512_maskz_loadu_ps(k, u + i);
-        const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-        _mm512_mask_storeu_ps(g + i, k, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), uv));
+        const vmask k = tail_mask((int)n, (int)i);
+        const vf gv = vf_maskz_load(k, g + i), uv = vf_maskz_load(k, u + i);
+        const vf e = vf_exp(vf_sub(vf_zero(), gv));
+        vf_mask_store(g + i, k, vf_mul(vf_div(gv, vf_add(vf_set1(1.0f), e)), uv));
     }
 }
 
@@ -374,7 +375,7 @@ long ef_scratch_floats(const Model *m, int T, int max_len, int threads) {
     return (long)T * (wide + 2L * nhd + 2L * m->kv_heads * m->head_dim + 2L * m->inter) + (long)threads * ATT_GROUP * (ATT_LANES / (m->head_dim / 16)) * max_len;
 }
 
-/* 1 when this build has the 8-bit-activation linears (the CPU has AVX-512 VNNI). */
+/* 1 when this build has the 8-bit-activation linears (AVX-512 VNNI, or AVX2). */
 int ef_has_q8(void) { return HAVE_Q8; }
 
 /* OpenMP threads the forward runs on (scratch has one score row per thread). */

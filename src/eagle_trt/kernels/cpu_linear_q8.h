@@ -1,10 +1,11 @@
 /* Block linears with 8-bit activations (the `native-q8` precision): the weights' integer values times the
  * activations quantized per 32-block as llama.cpp quantizes them (Q8: d = max|x| / 127, q = round(x / d)), summed in
- * int32 by AVX-512 VNNI (vpdpbusd: unsigned weight bytes x signed activation bytes), then scaled in float32.
+ * int32 by AVX-512 VNNI (vpdpbusd: unsigned weight bytes x signed activation bytes), or on an AVX2 CPU by vpmaddubsw
+ * and vpmaddwd (the same integer sums, see dot_group_q8), then scaled in float32.
  *
  * Weights are repacked once at load (ef_repack) so that one 64-byte vector holds 16 output rows x 4 inputs: a
- * vpdpbusd then gives 16 outputs' partial sums, lane r = output row r, and the block scales apply per lane with no
- * horizontal sums. A unit is 16 rows x 32 inputs (one block of each row):
+ * vpdpbusd then gives 16 outputs' partial sums, lane r = output row r (AVX2: its two 32-byte halves, rows 0-7 and
+ * 8-15), and the block scales apply per lane with no horizontal sums. A unit is 16 rows x 32 inputs (one block of each row):
  *   X4 (Q4_0, Q4_1): d[16] fp16, m[16] fp16, 4 x 64 bytes; byte 4r+i of vector v holds row r's input 4v+i in its
  *                    low nibble and input 16+4v+i in its high nibble (values 0..15)     -- 320 bytes, the file's 0.625 B
  *   X8 (Q8_0):       d[16] fp16, m[16] fp16, 8 x 64 bytes; byte 4r+i of vector j holds row r's input 4j+i + 128
@@ -14,8 +15,12 @@
  * integer sums are exact and every float operation runs in the same order for every row, whatever rows run beside
  * it, so rows stay independent (EAGLE = plain decoding on this precision) exactly as on the float32-activation path.
  */
-#ifdef __AVX512VNNI__
+#if SIMD_AVX512 && defined(__AVX512VNNI__)
 #define HAVE_Q8 1
+#define Q8_VNNI 1
+#elif !SIMD_AVX512
+#define HAVE_Q8 1 /* AVX2: vpmaddubsw (exact here: weights 0..15 per nibble, see dot_group_q8) */
+#define Q8_VNNI 0
 #else
 #define HAVE_Q8 0
 #endif
@@ -87,24 +92,19 @@ static void quantize_rows(const float *x, int T, int cols, int8_t *q, float *dx,
     const int nb = cols / QK;
     for (int t = 0; t < T; t++)
         for (int b = 0; b < nb; b++) {
-            const float *xb = x + (size_t)t * cols + b * QK;
-            const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
-            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-            const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(id)));
-            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(id)));
-            _mm_storeu_si128((__m128i *)(q + (size_t)t * cols + b * QK), _mm512_cvtsepi32_epi8(q0));
-            _mm_storeu_si128((__m128i *)(q + (size_t)t * cols + b * QK + 16), _mm512_cvtsepi32_epi8(q1));
+            int qsum;
+            const float d = quantize_block(x + (size_t)t * cols + b * QK, q + (size_t)t * cols + b * QK, &qsum);
             dx[(size_t)t * nb + b] = d;
-            sx[(size_t)t * nb + b] = d * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+            sx[(size_t)t * nb + b] = d * (float)qsum;
         }
 }
 
-/* Scale one unit's integer sums into a row's accumulator. */
+/* Scale one unit's integer sums (as floats: exact below 2^24) into a row's accumulator (the AVX2 path runs the same
+ * operations on each half). */
 #define SCALE_SUMS(acc, isum, rb)                                                                         \
     do {                                                                                                  \
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, _mm512_set1_ps(dx[rb])), acc); \
-        acc = _mm512_fmadd_ps(mv, _mm512_set1_ps(sx[rb]), acc);                                           \
+        acc = vf_fmadd(isum, vf_mul(dv, vf_set1(dx[rb])), acc); \
+        acc = vf_fmadd(mv, vf_set1(sx[rb]), acc);               \
     } while (0)
 
 /* Outputs g*16 .. g*16+15 of rows t0..t0+NT-1 (q, dx, sx already offset to row t0). Each unit's weights are
@@ -115,12 +115,12 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
     const int nb = L->cols / QK;
     const size_t ub = unit_bytes(type);
     const uint8_t *unit = (const uint8_t *)L->data + (size_t)g * nb * ub;
-    __m512 acc[TILE];
-    for (int r = 0; r < NT; r++) acc[r] = _mm512_setzero_ps();
+#if Q8_VNNI
+    vf acc[TILE];
+    for (int r = 0; r < NT; r++) acc[r] = vf_zero();
     for (int b = 0; b < nb; b++, unit += ub) {
         for (int line = 0; line < (int)ub; line += 64) _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
-        const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)unit));
-        const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(unit + 32)));
+        const vf dv = vf_load_half(unit), mv = vf_load_half(unit + 32);
         __m512i w[8];
         if (type == W_X4) {
             const __m512i lo = _mm512_set1_epi8(0x0F);
@@ -140,11 +140,61 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
                 s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(xb[j + 1]));
             }
             const size_t rb = (size_t)r * nb + b;
-            SCALE_SUMS(acc[r], _mm512_add_epi32(s0, s1), rb);
+            SCALE_SUMS(acc[r], _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), rb);
         }
     }
-    const __m512 bias = L->bias ? _mm512_loadu_ps(L->bias + g * GROUP) : _mm512_setzero_ps();
-    for (int r = 0; r < NT; r++) _mm512_storeu_ps(y + (size_t)r * ldy + g * GROUP, _mm512_add_ps(acc[r], bias));
+#else
+    /* vpmaddubsw adds two products of an unsigned weight byte and a signed activation byte in int16, saturating: with
+     * weights 0..15 (X4's nibbles; X8's bytes as lo + 16 hi) a pair is at most 2 * 15 * 127 and a lane's 8 pairs
+     * 30480, so the int16 sums, then vpmaddwd's int32 ones, are exact: the integer block sums VNNI gives. Half h of
+     * a unit is its output rows 8h..8h+7; the same float operations per lane as SCALE_SUMS. */
+    __m256 acc[TILE][2];
+    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int b = 0; b < nb; b++, unit += ub) {
+        for (int line = 0; line < (int)ub; line += 64) _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
+        for (int h = 0; h < 2; h++) {
+            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)unit + h));
+            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(unit + 32) + h));
+            const uint8_t *qs = unit + 64 + 32 * h;  /* vector j's half h at qs + 64 j */
+            __m256i w[8];
+            if (type == W_X4)
+                for (int v = 0; v < 4; v++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * v));
+                    w[v] = _mm256_and_si256(raw, lo);
+                    w[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo);
+                }
+            for (int r = 0; r < NT; r++) {
+                const int32_t *xb = (const int32_t *)(q + (size_t)r * L->cols + b * QK);  /* 8 groups of 4 inputs */
+                __m256i isum;
+                if (type == W_X4) {
+                    __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xb[0]));
+                    for (int j = 1; j < 8; j++)
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(xb[j])));
+                    isum = _mm256_madd_epi16(s16, ones);
+                } else {
+                    __m256i s_lo = _mm256_setzero_si256(), s_hi = _mm256_setzero_si256();
+                    for (int j = 0; j < 8; j++) {
+                        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * j));
+                        const __m256i x4 = _mm256_set1_epi32(xb[j]);
+                        s_lo = _mm256_add_epi16(s_lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, lo), x4));
+                        s_hi = _mm256_add_epi16(s_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo), x4));
+                    }
+                    isum = _mm256_add_epi32(_mm256_madd_epi16(s_lo, ones), _mm256_slli_epi32(_mm256_madd_epi16(s_hi, ones), 4));
+                }
+                const size_t rb = (size_t)r * nb + b;
+                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, _mm256_set1_ps(dx[rb])), acc[r][h]);
+                acc[r][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sx[rb]), acc[r][h]);
+            }
+        }
+    }
+#endif
+    const vf bias = L->bias ? vf_load(L->bias + g * GROUP) : vf_zero();
+#if Q8_VNNI
+    for (int r = 0; r < NT; r++) vf_store(y + (size_t)r * ldy + g * GROUP, vf_add(acc[r], bias));
+#else
+    for (int r = 0; r < NT; r++) vf_store(y + (size_t)r * ldy + g * GROUP, vf_add(((vf){acc[r][0], acc[r][1]}), bias));
+#endif
 }
 
 /* y [T][rows] = x [T][cols] W^T (+ bias) for a repacked linear. */
