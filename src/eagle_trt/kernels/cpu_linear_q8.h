@@ -34,6 +34,9 @@ enum { W_X4 = 4, W_X8 = 5 };
 #ifndef Q8_AHEAD
 #define Q8_AHEAD 32
 #endif
+#ifndef Q8_AVX2_ROWS
+#define Q8_AVX2_ROWS 4
+#endif
 #ifndef Q8_HINT
 #define Q8_HINT _MM_HINT_T1
 #endif
@@ -99,14 +102,14 @@ static void quantize_rows(const float *x, int T, int cols, int8_t *q, float *dx,
         }
 }
 
-/* Scale one unit's integer sums (as floats: exact below 2^24) into a row's accumulator (the AVX2 path runs the same
- * operations on each half). */
+/* Scale one unit's integer sums (as floats: exact below 2^24) into a row's accumulator. */
 #define SCALE_SUMS(acc, isum, rb)                                                                         \
     do {                                                                                                  \
         acc = vf_fmadd(isum, vf_mul(dv, vf_set1(dx[rb])), acc); \
         acc = vf_fmadd(mv, vf_set1(sx[rb]), acc);               \
     } while (0)
 
+#if Q8_VNNI
 /* Outputs g*16 .. g*16+15 of rows t0..t0+NT-1 (q, dx, sx already offset to row t0). Each unit's weights are
  * unpacked once for the NT rows; every row runs the same arithmetic for NT = 1..TILE. */
 static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, int g, const int8_t *q,
@@ -115,7 +118,6 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
     const int nb = L->cols / QK;
     const size_t ub = unit_bytes(type);
     const uint8_t *unit = (const uint8_t *)L->data + (size_t)g * nb * ub;
-#if Q8_VNNI
     vf acc[TILE];
     for (int r = 0; r < NT; r++) acc[r] = vf_zero();
     for (int b = 0; b < nb; b++, unit += ub) {
@@ -143,59 +145,101 @@ static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, 
             SCALE_SUMS(acc[r], _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), rb);
         }
     }
+    const vf bias = L->bias ? vf_load(L->bias + g * GROUP) : vf_zero();
+    for (int r = 0; r < NT; r++) vf_store(y + (size_t)r * ldy + g * GROUP, vf_add(acc[r], bias));
+}
 #else
-    /* vpmaddubsw adds two products of an unsigned weight byte and a signed activation byte in int16, saturating: with
-     * weights 0..15 (X4's nibbles; X8's bytes as lo + 16 hi) a pair is at most 2 * 15 * 127 and a lane's 8 pairs
-     * 30480, so the int16 sums, then vpmaddwd's int32 ones, are exact: the integer block sums VNNI gives. Half h of
-     * a unit is its output rows 8h..8h+7; the same float operations per lane as SCALE_SUMS. */
-    __m256 acc[TILE][2];
-    for (int r = 0; r < NT; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+/* AVX2. vpmaddubsw adds two products of an unsigned weight byte and a signed activation byte in int16, saturating:
+ * with weights 0..15 (X4's nibbles; X8's bytes as lo + 16 hi) a pair is at most 2 * 15 * 127 and a lane's 8 pairs
+ * 30480, so the int16 sums, then vpmaddwd's int32 ones, are exact: the integer block sums VNNI gives. Half h of a
+ * unit (its 32-byte halves) is its output rows 8h..8h+7. */
+
+/* One row's integer sums over a unit's half: X4 from its unpacked nibbles w[8]; X8 from its bytes at qs. */
+static inline __attribute__((always_inline)) __m256i half_sums(const __m256i *w, const uint8_t *qs,
+                                                               const int32_t *xb, const int type) {
     const __m256i lo = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (int b = 0; b < nb; b++, unit += ub) {
-        for (int line = 0; line < (int)ub; line += 64) _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
-        for (int h = 0; h < 2; h++) {
-            const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)unit + h));
-            const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(unit + 32) + h));
-            const uint8_t *qs = unit + 64 + 32 * h;  /* vector j's half h at qs + 64 j */
-            __m256i w[8];
-            if (type == W_X4)
-                for (int v = 0; v < 4; v++) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * v));
-                    w[v] = _mm256_and_si256(raw, lo);
-                    w[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo);
-                }
-            for (int r = 0; r < NT; r++) {
-                const int32_t *xb = (const int32_t *)(q + (size_t)r * L->cols + b * QK);  /* 8 groups of 4 inputs */
-                __m256i isum;
-                if (type == W_X4) {
-                    __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xb[0]));
-                    for (int j = 1; j < 8; j++)
-                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(xb[j])));
-                    isum = _mm256_madd_epi16(s16, ones);
-                } else {
-                    __m256i s_lo = _mm256_setzero_si256(), s_hi = _mm256_setzero_si256();
-                    for (int j = 0; j < 8; j++) {
-                        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * j));
-                        const __m256i x4 = _mm256_set1_epi32(xb[j]);
-                        s_lo = _mm256_add_epi16(s_lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, lo), x4));
-                        s_hi = _mm256_add_epi16(s_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo), x4));
-                    }
-                    isum = _mm256_add_epi32(_mm256_madd_epi16(s_lo, ones), _mm256_slli_epi32(_mm256_madd_epi16(s_hi, ones), 4));
-                }
-                const size_t rb = (size_t)r * nb + b;
-                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, _mm256_set1_ps(dx[rb])), acc[r][h]);
-                acc[r][h] = _mm256_fmadd_ps(mv, _mm256_set1_ps(sx[rb]), acc[r][h]);
+    if (type == W_X4) {
+        __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xb[0]));
+        for (int j = 1; j < 8; j++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[j], _mm256_set1_epi32(xb[j])));
+        return _mm256_madd_epi16(s16, ones);
+    }
+    __m256i s_lo = _mm256_setzero_si256(), s_hi = _mm256_setzero_si256();
+    for (int j = 0; j < 8; j++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * j)), x4 = _mm256_set1_epi32(xb[j]);
+        s_lo = _mm256_add_epi16(s_lo, _mm256_maddubs_epi16(_mm256_and_si256(raw, lo), x4));
+        s_hi = _mm256_add_epi16(s_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo), x4));
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(s_lo, ones), _mm256_slli_epi32(_mm256_madd_epi16(s_hi, ones), 4));
+}
+
+/* X4's nibbles of a unit's half (qs: vector j's half at qs + 64 j) as w[8]. */
+static inline __attribute__((always_inline)) void half_nibbles(const uint8_t *qs, __m256i *w) {
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    for (int v = 0; v < 4; v++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 64 * v));
+        w[v] = _mm256_and_si256(raw, lo);
+        w[v + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo);
+    }
+}
+
+/* SCALE_SUMS on a half: the same float32 operations per lane. */
+#define SCALE_HALF(acc, isum, h, rb)                                                                              \
+    do {                                                                                                          \
+        const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)unit + (h)));                          \
+        const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(unit + 32) + (h)));                   \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dv, _mm256_set1_ps(dx[rb])), acc);          \
+        acc = _mm256_fmadd_ps(mv, _mm256_set1_ps(sx[rb]), acc);                                                   \
+    } while (0)
+
+/* dot_group_q8 of the VNNI branch: one row runs both halves of each unit in one pass (a decode step: the unit read
+ * once, its activations broadcast once); more rows run each half as a pass of its own over the group's units, up
+ * to Q8_AVX2_ROWS rows at a time, so that a half's weights and the rows' sums stay in AVX2's 16 registers (the
+ * second half and later rows read the group's units from L1). */
+static inline __attribute__((always_inline)) void dot_group_q8(const Linear *L, int g, const int8_t *q,
+                                                               const float *dx, const float *sx, float *y, int ldy,
+                                                               const int NT, const int type) {
+    const int nb = L->cols / QK;
+    const size_t ub = unit_bytes(type);
+    const uint8_t *first = (const uint8_t *)L->data + (size_t)g * nb * ub, *unit;
+    if (NT == 1) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        unit = first;
+        for (int b = 0; b < nb; b++, unit += ub) {
+            for (int line = 0; line < (int)ub; line += 64) _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
+            for (int h = 0; h < 2; h++) {
+                __m256i w[8];
+                if (type == W_X4) half_nibbles(unit + 64 + 32 * h, w);
+                SCALE_HALF(acc[h], half_sums(w, unit + 64 + 32 * h, (const int32_t *)(q + b * QK), type), h, b);
             }
         }
+        const vf bias = L->bias ? vf_load(L->bias + g * GROUP) : vf_zero();
+        vf_store(y + g * GROUP, vf_add(((vf){acc[0], acc[1]}), bias));
+        return;
     }
-#endif
-    const vf bias = L->bias ? vf_load(L->bias + g * GROUP) : vf_zero();
-#if Q8_VNNI
-    for (int r = 0; r < NT; r++) vf_store(y + (size_t)r * ldy + g * GROUP, vf_add(acc[r], bias));
-#else
-    for (int r = 0; r < NT; r++) vf_store(y + (size_t)r * ldy + g * GROUP, vf_add(((vf){acc[r][0], acc[r][1]}), bias));
-#endif
+    for (int r0 = 0; r0 < NT; r0 += Q8_AVX2_ROWS) {
+        const int RN = NT - r0 < Q8_AVX2_ROWS ? NT - r0 : Q8_AVX2_ROWS;
+        for (int h = 0; h < 2; h++) {
+            __m256 acc[Q8_AVX2_ROWS];
+            for (int r = 0; r < RN; r++) acc[r] = _mm256_setzero_ps();
+            unit = first;
+            for (int b = 0; b < nb; b++, unit += ub) {
+                if (r0 == 0 && h == 0)
+                    for (int line = 0; line < (int)ub; line += 64)
+                        _mm_prefetch((const char *)unit + Q8_AHEAD * ub + line, Q8_HINT);
+                __m256i w[8];
+                if (type == W_X4) half_nibbles(unit + 64 + 32 * h, w);
+                for (int r = 0; r < RN; r++) {
+                    const size_t rb = (size_t)(r0 + r) * nb + b;
+                    SCALE_HALF(acc[r], half_sums(w, unit + 64 + 32 * h, (const int32_t *)(q + (size_t)(r0 + r) * L->cols + b * QK), type), h, rb);
+                }
+            }
+            const __m256 bias = L->bias ? _mm256_loadu_ps(L->bias + g * GROUP + 8 * h) : _mm256_setzero_ps();
+            for (int r = 0; r < RN; r++)
+                _mm256_storeu_ps(y + (size_t)(r0 + r) * ldy + g * GROUP + 8 * h, _mm256_add_ps(acc[r], bias));
+        }
+    }
 }
+#endif
 
 /* y [T][rows] = x [T][cols] W^T (+ bias) for a repacked linear. */
 static void linear_q8(const Linear *L, int T, const float *x, float *y) {
