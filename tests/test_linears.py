@@ -54,6 +54,35 @@ def test_int8_vocabulary_head_on_onednn_gives_the_same_numbers():
     assert torch.equal(lin(x[2:3])[0], before[2])
 
 
+def test_int8_linear_on_our_kernel_gives_the_same_numbers_and_fastest_is_chosen():
+    from eagle_trt.kernels.cpu_build import cpu_supports_native
+    from eagle_trt.runtime.linears import use_fastest_int8_kernels
+
+    if cpu_supports_native() is not None:
+        pytest.skip(f"the native kernels cannot run here: {cpu_supports_native()}")
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(200, 83, generator=gen)  # [N, K]: K not a multiple of 32 (the kernel's scalar tail)
+    lin = Int8Linear(weight)
+    x = torch.randn(9, 83, generator=gen) * torch.arange(1, 10).float()[:, None]  # [9, K]
+    x[4] = 0.0
+    before = lin(x)  # [9, N] through torch._int_mm
+    extreme = torch.full((2, 83), 127.0)  # [2, K]: every product at its bound, both signs
+    extreme[1] = -127.0
+    extreme_before = lin(extreme)
+    assert lin.use_native() and lin.native is not None and lin.qweight_t is None  # one copy of the weight, ours
+    assert torch.equal(lin(x), before)  # exact int32 sums either way: the same bits
+    assert torch.equal(lin(extreme), extreme_before)
+    for i in range(9):
+        assert torch.equal(lin(x[i:i + 1])[0], before[i])
+    model = torch.nn.Sequential(Int8Linear(weight), Int8Linear(weight), Int8Linear(torch.randn(16, 83, generator=gen)))
+    refs = [m(x) for m in model]  # [9, N] each, through torch._int_mm
+    use_fastest_int8_kernels([model, None])
+    kernels = [("native" if m.native is not None else "onednn" if m.onednn is not None else "int_mm") for m in model]
+    assert kernels[0] == kernels[1]  # one shape, one timing: the second follows the first
+    for m, ref in zip(model, refs):
+        assert torch.equal(m(x), ref)  # whichever kernel won: the same bits
+
+
 def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(80, 48, bias=True)

@@ -4,7 +4,8 @@ loads it. It links the OpenMP runtime torch already loaded, so the two share one
 without OpenMP serves callers on one thread.
 
     load_cpu_forward(parallel=True) -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads, ef_linear,
-                                       ef_has_q8, ef_repacked_bytes, ef_repack, ef_head_topk, ef_draft
+                                       ef_has_q8, ef_repacked_bytes, ef_repack, ef_head_topk, ef_draft,
+                                       ef_int8_mm
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from eagle_trt.demo_model import cache_root
 from eagle_trt.errors import EagleTrtError
 
 SOURCE = Path(__file__).with_name("cpu_forward.c")
-HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_simd.h", "cpu_linear_q8.h", "cpu_attention.h", "cpu_draft.h"))  # included by SOURCE
+HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_simd.h", "cpu_linear_q8.h", "cpu_attention.h", "cpu_draft.h",
+                                                             "cpu_int8.h"))  # included by SOURCE
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE_HINT = "use --dtype int8 (the PyTorch engine's batch-invariant path), which runs on every CPU"
 
@@ -92,4 +94,5 @@ def load_cpu_forward(parallel: bool = True) -> ctypes.CDLL:
     lib.ef_has_q8.restype = ctypes.c_int
     lib.ef_repacked_bytes.restype = ctypes.c_long
     lib.ef_repack.restype = ctypes.c_int
+    lib.ef_int8_mm.restype = None
     return lib

@@ -413,3 +413,4 @@ void ef_head_topk(const Linear *head, int n, const float *x, int k, float *logit
 }
 
 #include "cpu_draft.h"
+#include "cpu_int8.h"

@@ -4,8 +4,9 @@ a truncated draft vocabulary.
 - `fuse_projections`: q|k|v and gate|up become one matmul each (fewer weight passes and kernel launches).
 - `Int8Linear` (precision "int8"; also every draft on the CPU, which only proposes): weights int8 with one fp32 scale
   per output channel; activations quantized to int8 per token (one scale per row) at run time; int8 x int8 -> int32
-  products summed exactly, by `torch._int_mm` or by oneDNN's prepacked u8 x s8 kernel, whichever is faster for the
-  weight's shape on this machine (`use_onednn_where_faster`; oneDNN only where it proves to give the same sums). A
+  products summed exactly, by `torch._int_mm`, by oneDNN's prepacked u8 x s8 kernel or by our AVX2 kernel
+  (kernels/cpu_int8.h), whichever is fastest for the weight's shape on this machine (`use_fastest_int8_kernels`;
+  oneDNN only where it proves to give the same sums; on a CPU without VNNI _int_mm has no fast kernel). A
   row's result depends on that row alone, so a verify block of T tokens computes each token exactly as a one-token
   decode step would: the linears are batch-invariant, which keeps EAGLE's output identical to the same
   engine's plain decoding.
@@ -20,6 +21,7 @@ a truncated draft vocabulary.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import time
 
@@ -47,20 +49,22 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())  # [N] fp32
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         self.onednn = None  # oneDNN's prepacked weight, set by use_onednn
+        self.native = None  # [N, K] int8 for kernels/cpu_int8.h, set by use_native
 
     @classmethod
     def from_rows(cls, other: Int8Linear, rows: torch.Tensor) -> Int8Linear:
         """The same quantized rows (output channels) `rows` [n] of another Int8Linear: identical numerics."""
         if other.qweight_t is None:
-            raise EagleTrtError("cannot slice rows of an int8 linear whose weight lives in oneDNN's packed layout",
-                                "slice the rows (truncate_draft_vocab) before use_onednn, as prepare() does")
+            raise EagleTrtError("cannot slice rows of an int8 linear whose weight lives in another kernel's layout",
+                                "slice the rows (truncate_draft_vocab) before use_fastest_int8_kernels, as "
+                                "prepare() does")
         new = cls.__new__(cls)
         nn.Module.__init__(new)
         new.register_buffer("qweight_t", other.qweight_t[:, rows].contiguous())  # [K, n]
         new.register_buffer("scale", other.scale[rows].clone())  # [n]
         new.register_buffer("bias", None if other.bias is None else other.bias[rows].clone())  # [n]
         new.in_features, new.out_features = other.in_features, int(rows.numel())
-        new.onednn = None
+        new.onednn = new.native = None
         return new
 
     def use_onednn(self) -> bool:
@@ -82,8 +86,28 @@ class Int8Linear(nn.Module):
             self.qweight_t = None  # [K, N] no longer read
         return self.onednn is not None
 
+    def use_native(self) -> bool:
+        """Run the int32 products through kernels/cpu_int8.h (AVX2; the exact int32 sums, so the same bits as the
+        other kernels) where this CPU runs the native kernels; the `_int_mm` copy of the weight is dropped."""
+        from eagle_trt.kernels.cpu_build import cpu_supports_native
+
+        if self.qweight_t is None or cpu_supports_native() is not None:
+            return False
+        self.native = self.qweight_t.t().contiguous()  # [N, K] int8
+        self.qweight_t = None
+        return True
+
     def _int32(self, xq: torch.Tensor) -> torch.Tensor:
         """xq [T, K] int8 -> the int32 sums of xq W_q^T as float32 [T, N]."""
+        if self.native is not None:
+            from eagle_trt.kernels.cpu_build import load_cpu_forward
+
+            xq = xq.contiguous()
+            out = torch.empty(xq.shape[0], self.out_features, dtype=torch.int32)  # [T, N]
+            load_cpu_forward(torch.get_num_threads() > 1).ef_int8_mm(
+                ctypes.c_void_p(xq.data_ptr()), xq.shape[0], ctypes.c_void_p(self.native.data_ptr()),
+                self.out_features, self.in_features, ctypes.c_void_p(out.data_ptr()))
+            return out.float()
         if self.onednn is None:
             return torch._int_mm(xq, self.qweight_t).float()
         xu = xq.view(torch.uint8).bitwise_xor(128)  # [T, K] uint8 = xq + 128 (zero point 128)
@@ -117,36 +141,52 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed, self.bias, "none", [], "")
 
 
-def use_onednn_where_faster(modules) -> None:
-    """Every Int8Linear under `modules` (None skipped) runs on oneDNN where that is faster for its weight's shape on
-    this machine: the first linear of each shape is timed on both kernels (1 and 4 rows), the rest follow it
-    (SmolLM2 here: its vocabulary heads and MLP gate|up, not the attention or down projections)."""
+def use_fastest_int8_kernels(modules) -> None:
+    """Every Int8Linear under `modules` (None skipped) runs on whichever of `_int_mm`, oneDNN and kernels/cpu_int8.h
+    is fastest for its weight's shape on this machine: the first linear of each shape is timed on each (1 and 4
+    rows), the rest follow it. All three give the same int32 sums (SmolLM2 on the AVX-512 machine: oneDNN for its
+    vocabulary heads and MLP gate|up; on an AVX2 one without VNNI, where _int_mm ran a step in ~200 ms, ours)."""
     by_shape: dict[tuple[int, int], dict[int, Int8Linear]] = {}
     for module in modules:
         for lin in [] if module is None else module.modules():
-            if isinstance(lin, Int8Linear) and lin.onednn is None:  # a shared head counts once
+            if isinstance(lin, Int8Linear) and lin.onednn is None and lin.native is None:  # a shared head counts once
                 by_shape.setdefault((lin.in_features, lin.out_features), {})[id(lin)] = lin
     for group in by_shape.values():
         first, *rest = group.values()
-        if _onednn_if_faster(first):
-            for lin in rest:
+        kernel = _fastest_kernel(first)
+        for lin in rest:
+            if kernel == "onednn":
                 lin.use_onednn()
+            elif kernel == "native":
+                lin.use_native()
 
 
-def _onednn_if_faster(lin: Int8Linear) -> bool:
+def _fastest_kernel(lin: Int8Linear) -> str:
+    """Time `lin` on each kernel that runs here and leave it on the fastest: "native", "onednn" or "int_mm"."""
     gen = torch.Generator().manual_seed(0)
     xs = [torch.randn(rows, lin.in_features, generator=gen) for rows in (1, 4)]  # [rows, K]
-    int_mm_weight, int_mm = lin.qweight_t, _best_seconds(lin, xs)
-    if lin.use_onednn() and _best_seconds(lin, xs) < int_mm:
-        return True
-    lin.onednn, lin.qweight_t = None, int_mm_weight  # back to _int_mm
-    return False
+    weight, seconds = lin.qweight_t, {}
+    uses = {"native": lin.use_native, "onednn": lin.use_onednn, "int_mm": lambda: True}
+    for name, use in uses.items():
+        lin.onednn, lin.native, lin.qweight_t = None, None, weight
+        if use():
+            seconds[name] = _best_seconds(lin, xs, slower_than=min(seconds.values(), default=None))
+    best = min(seconds, key=seconds.get)
+    lin.onednn, lin.native, lin.qweight_t = None, None, weight
+    uses[best]()
+    return best
 
 
-def _best_seconds(lin: nn.Module, xs: list[torch.Tensor], calls: int = 8, repeats: int = 5) -> float:
+def _best_seconds(lin: nn.Module, xs: list[torch.Tensor], calls: int = 8, repeats: int = 5,
+                  slower_than: float | None = None) -> float:
+    """The best of `repeats` timings of `calls` passes over xs; after one pass alone where that pass shows the kernel
+    3x slower than `slower_than` (_int_mm without VNNI: ~1000x, seconds a shape)."""
     with torch.inference_mode():
+        t0 = time.perf_counter()
         for x in xs:
             lin(x)
+        if slower_than is not None and (time.perf_counter() - t0) * calls > 3 * slower_than:
+            return (time.perf_counter() - t0) * calls
         best = float("inf")
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -283,7 +323,7 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
             quantize_int8(draft)
     if draft is not None and on_cpu:
         pack_linears(draft, packed)  # what is left in fp32: a draft's fc
-    use_onednn_where_faster((base, draft))
+    use_fastest_int8_kernels((base, draft))
 
 
 def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:
