@@ -30,7 +30,7 @@ from eagle_trt.spec import PRECISIONS
 @click.option("--dtype", type=click.Choice(PRECISIONS), default="float32", show_default=True,
               help="int8: int8 linears on the CPU (runtime.linears); native: the fused C forward on the weights as "
                    "stored (a GGUF base's 4-bit blocks; runtime.native); native-q8: the same with 8-bit activations "
-                   "(llama.cpp's numerics, int32 sums by AVX-512 VNNI). Plain and EAGLE alike.")
+                   "(llama.cpp's numerics, int32 sums by AVX-512 VNNI or AVX2). Plain and EAGLE alike.")
 @click.option("--draft-vocab", type=click.IntRange(min=0), default=None,
               help="FR-Spec: an EAGLE-1/2 draft proposes among its N most frequent tokens (0: full vocabulary; "
                    "default: the draft's draft_vocab.json if it has one).")
