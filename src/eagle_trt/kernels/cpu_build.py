@@ -46,11 +46,12 @@ def cpu_supports_native(q8: bool = False) -> str | None:
     return None
 
 
-def cpu_flags() -> list[str]:
+@cache
+def cpu_flags() -> tuple[str, ...]:
     """The instruction-set flags /proc/cpuinfo lists for this CPU (empty where it is not there)."""
     info = Path("/proc/cpuinfo")
     line = next((ln for ln in info.read_text().splitlines() if ln.startswith("flags")), "") if info.exists() else ""
-    return line.partition(":")[2].split()
+    return tuple(line.partition(":")[2].split())
 
 
 def _torch_gomp() -> list[str]:

@@ -89,10 +89,11 @@ class Int8Linear(nn.Module):
     def use_native(self) -> bool:
         """Run the int32 products through kernels/cpu_int8.h (AVX2; the exact int32 sums, so the same bits as the
         other kernels) where this CPU runs the native kernels; the `_int_mm` copy of the weight is dropped."""
-        from eagle_trt.kernels.cpu_build import cpu_supports_native
+        from eagle_trt.kernels.cpu_build import cpu_supports_native, load_cpu_forward
 
         if self.qweight_t is None or cpu_supports_native() is not None:
             return False
+        load_cpu_forward(True), load_cpu_forward(False)  # both built at load, not mid-request
         self.native = self.qweight_t.t().contiguous()  # [N, K] int8
         self.qweight_t = None
         return True
