@@ -1,5 +1,5 @@
 """Where a served engine's round goes, at the served thread count: MT-bench first turns through the engine's Batcher
-one request at a time (1 stream), the demo's GGUF base and EAGLE-1 draft, native-q8, each base forward timed by its
+one request at a time (1 stream), the demo's base (GGUF for native-q8) and EAGLE-1 draft, --dtype, each base forward timed by its
 rows (1: plain step, 2+: verify block, prefill), each packed draft forward, and the rest (Python) per round.
 Runs of two settings lie minutes apart, and this machine's speed moves 10-30 % between minutes: compare parts within
 a run, or runs repeated in turn.
@@ -23,6 +23,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--dtype", default="native-q8", help="native-q8 (the GGUF base) or int8 / float32 (the HF base)")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -32,16 +33,16 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from eagle_trt.datasets import encode_prompt, load_dataset, take_prompts
-    from eagle_trt.demo_model import materialize_demo_gguf_base, shipped_draft_dir
+    from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
     from eagle_trt.load_policy import LoadPolicy
     from eagle_trt.runtime import EagleDecoder
     from eagle_trt.runtime.batching import Batcher
     from eagle_trt.runtime.draft import DraftHead
     from eagle_trt.runtime.model import Llama
 
-    base = materialize_demo_gguf_base()
+    base = materialize_demo_gguf_base() if args.dtype.startswith("native") else materialize_demo_base()
     plain = args.tree == "none"
-    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:1" if plain else args.tree, dtype="native-q8",
+    decoder = EagleDecoder.load(base, shipped_draft_dir(), tree="chain:1" if plain else args.tree, dtype=args.dtype,
                                 max_seq_len=2048)
     tok = AutoTokenizer.from_pretrained(str(base))
     prompts = [encode_prompt(tok, p.text, True) for p in take_prompts(load_dataset("mt-bench"), 80)][:args.prompts]

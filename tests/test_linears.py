@@ -74,6 +74,11 @@ def test_int8_linear_on_our_kernel_gives_the_same_numbers_and_fastest_is_chosen(
     assert torch.equal(lin(extreme), extreme_before)
     for i in range(9):
         assert torch.equal(lin(x[i:i + 1])[0], before[i])
+    odd = Int8Linear(torch.randn(201, 83, generator=gen))  # an odd N: the last weight row runs without a pair
+    odd_before = [odd(x[:t]) for t in range(1, 10)]  # every tail of the 4-row tiles, through torch._int_mm
+    assert odd.use_native()
+    for t in range(1, 10):
+        assert torch.equal(odd(x[:t]), odd_before[t - 1])
     model = torch.nn.Sequential(Int8Linear(weight), Int8Linear(weight), Int8Linear(torch.randn(16, 83, generator=gen)))
     refs = [m(x) for m in model]  # [9, N] each, through torch._int_mm
     use_fastest_int8_kernels([model, None])
