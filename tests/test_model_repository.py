@@ -367,12 +367,14 @@ def test_load_policy_in_the_repository(tmp_path):
         ServingOptions(load_policy="chain:2;chain:x").validate()
 
 
-def test_auto_load_policy_keeps_the_trees_suffix_candidates():
-    from eagle_trt.load_policy import AUTO_TAIL, LoadPolicy
+def test_auto_load_policy_keeps_the_trees_suffix_candidates_at_small_batches():
+    from eagle_trt.load_policy import AUTO_TAIL, AUTO_TAIL_SUFFIX_UP_TO, LoadPolicy
     from eagle_trt.tree_config import Suffix, resolve
 
     policy = LoadPolicy.auto(resolve("dynamic:3,2,4+suffix:2,6"))
-    assert [t.suffix for t in policy.trees] == [Suffix(2, 6)] * (1 + len(AUTO_TAIL))
+    assert [t.suffix for t in policy.trees] == ([Suffix(2, 6)] * AUTO_TAIL_SUFFIX_UP_TO
+                                                + [None] * (1 + len(AUTO_TAIL) - AUTO_TAIL_SUFFIX_UP_TO))
+    assert policy.tree_for(3).suffix == Suffix(2, 6) and policy.tree_for(4).suffix is None  # 4+ rows a request cost
     assert [t.drafted.to_arg() for t in policy.trees[1:]] == list(AUTO_TAIL)
     assert LoadPolicy.from_list(policy.to_list()) == policy
     assert all(t.suffix is None for t in LoadPolicy.auto(resolve("chain:3")).trees)

@@ -4,7 +4,7 @@ A verify forward over B requests carries B x (tree + 1) rows, so the tree that p
 grows (production servers lower speculation with the batch in the same way). A policy lists trees by batch size,
 `;`-separated: entry i is the tree of a request that starts while i+1 requests run (itself included), the last
 entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1 and shrinks it by
-AUTO_TAIL, measured on this project's CPU (scripts/batch_policy.py; the figures are in docs/load.md).
+AUTO_TAIL (its suffix candidates kept up to batch AUTO_TAIL_SUFFIX_UP_TO), measured on this project's CPUs (scripts/batch_policy.py; the figures are in docs/load.md).
 """
 
 from __future__ import annotations
@@ -15,9 +15,17 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree_config import AUTO, TreeConfig, resolve
 
 PLAIN = "none"  # the policy entry for plain decoding
-# batches 2..8 chain:2, larger chain:1. Measured (docs/results/2026-11-24-serving/batch_policy.json, 1 thread, SmolLM2
-# int8): aggregate tok/s chain:2 / plain = 50.5/35.4 at batch 1, 79.5/55.6 at 2, 72.0/63.6 at 4, 71.5/67.3 at 8
-AUTO_TAIL = ("chain:2",) * 7 + ("chain:1",)
+# batches 2..4 chain:2, larger chain:1. Measured (1 thread, SmolLM2 int8, aggregate tok/s chain:2 / chain:1 / plain):
+# AVX-512 + VNNI (docs/results/2026-11-24-serving/batch_policy.json) 79.5/73.4/55.6 at batch 2, 72.0/70.5/63.6 at 4,
+# 71.5/69.4/67.3 at 8; AVX2 (docs/results/2026-11-28-avx2-int8/batch_policy_int8*.json, two runs) 51.9/47.4/35.9
+# and 54.5/52.7/42.6 at 2, 46.3/46.1/42.2 and 54.4/52.6/51.6 at 4, 36.9/45.2/38.3 and 45.1/49.1/49.0 at 8
+AUTO_TAIL = ("chain:2",) * 3 + ("chain:1",) * 5
+# the batch sizes up to which the tail keeps the tree's suffix candidates (up to 8 more rows per request when the text
+# repeats itself). Measured on an AVX2 CPU without VNNI (docs/results/2026-11-28-avx2-int8/batch_policy_*.json, 1
+# thread, SmolLM2 int8): aggregate tok/s chain:2+suffix:4,8 / chain:2 / plain = 53.8/54.5/42.6 at batch 2,
+# 51.8/54.4/51.6 at 4; chain:1+suffix:4,8 / chain:1 / plain = 47.6/49.1/49.0 at 8 (perf load with suffix candidates
+# at every batch size: 0.98x at 4 streams, 0.92x at 8)
+AUTO_TAIL_SUFFIX_UP_TO = 3
 # the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batches
 # 2-3 chain:1, larger plain. Measured (docs/results/2026-11-27-attn/batch_policy.json, 1 thread, SmolLM2 Q4_1
 # native-q8): aggregate tok/s chain:1 / chain:2 / plain = 240.2/233.1/223.1 at batch 2, 274.4/261.2/271.8 at 3,
@@ -48,10 +56,13 @@ class LoadPolicy:
 
     @classmethod
     def auto(cls, tree: TreeConfig, tail: tuple[str, ...] = AUTO_TAIL, tail_suffix: bool = True) -> LoadPolicy:
-        """The bundle's tree at batch 1, then `tail`, each with the tree's suffix candidates when `tail_suffix`
-        (they add rows only when the text repeats itself), else without."""
-        suffix = tree.suffix if tail_suffix else None
-        return cls((tree, *(None if t == PLAIN else replace(resolve(t), suffix=suffix) for t in tail)))
+        """The bundle's tree at batch 1, then `tail`; up to batch AUTO_TAIL_SUFFIX_UP_TO each with the tree's suffix
+        candidates when `tail_suffix` (they add rows only when the text repeats itself), else without."""
+        def entry(batch: int, arg: str) -> TreeConfig | None:
+            suffix = tree.suffix if tail_suffix and batch <= AUTO_TAIL_SUFFIX_UP_TO else None
+            return None if arg == PLAIN else replace(resolve(arg), suffix=suffix)
+
+        return cls((tree, *(entry(batch, t) for batch, t in enumerate(tail, start=2))))
 
     def tree_for(self, batch: int) -> TreeConfig | None:
         return self.trees[min(max(batch, 1), len(self.trees)) - 1]
