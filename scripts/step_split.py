@@ -33,7 +33,11 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from eagle_trt.datasets import encode_prompt, load_dataset, take_prompts
-    from eagle_trt.demo_model import materialize_demo_base, materialize_demo_gguf_base, shipped_draft_dir
+    from eagle_trt.demo_model import (
+        materialize_demo_base,
+        materialize_demo_gguf_base,
+        shipped_draft_dir,
+    )
     from eagle_trt.load_policy import LoadPolicy
     from eagle_trt.runtime import EagleDecoder
     from eagle_trt.runtime.batching import Batcher

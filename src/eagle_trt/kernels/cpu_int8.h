@@ -11,8 +11,10 @@ static inline int32_t hsum8_epi32(__m256i v) {
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1))));
 }
 
-#define INT8_AHEAD 2 /* weight-row pairs to prefetch ahead (AMD Zen 3, weights out of cache: 1 row unchanged against
-                      * one weight row a pass, 4 rows -15 to -30 %; without the prefetch, 1-4 rows ran 25-35 % slower) */
+#define INT8_AHEAD 2 /* weight-row pairs to prefetch ahead. AMD Zen 3, weights streaming from memory, against one weight
+                      * row a pass without prefetch: 1 row 0-10 % faster, 4 rows 12-20 %, 8-16 rows 20-45 %
+                      * (docs/results/2026-11-28-avx2-int8/int8_ab.c); pairs without the prefetch ran 1-4 rows 25-35 %
+                      * slower than one row a pass */
 
 /* out[t][n .. n+NW) for the activation rows t0 .. t0+R: NW weight rows against R activation rows in one pass over
  * K, every (weight row, activation row) sum in a register of its own (NW, R constants at each call, so the sums
