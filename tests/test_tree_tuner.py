@@ -6,9 +6,17 @@ import json
 import pytest
 import torch
 
-from eagle_trt.tuning.calibrate import AcceptanceCounter, TuneRequest, TuneResult, predict, probe_tree, tune
+from eagle_trt.tuning.acceptance import AcceptanceCounter, probe_tree
+from eagle_trt.tuning.calibrate import TuneRequest, TuneResult, predict, tune
 from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_decoder
-from eagle_trt.tuning.tree_tuner import CostModel, grow_tree, ranked_static_trees, static_step_ms
+from eagle_trt.tuning.tree_tuner import (
+    SUFFIX_KEEP_WITHIN,
+    CostModel,
+    choose_tree,
+    grow_tree,
+    ranked_static_trees,
+    static_step_ms,
+)
 from eagle_trt.runtime import EagleDecoder
 from eagle_trt.runtime.drafting import DraftTree
 from eagle_trt.tree_config import TreeConfig, resolve
@@ -67,6 +75,20 @@ def test_predict_matches_the_choice():
     assert predict(result, "dynamic:3,4,10") is None  # dynamic trees are only known by measurement
 
 
+def test_choice_keeps_suffix_candidates_unless_they_lose_by_more_than_the_noise():
+    keep = 1.0 - SUFFIX_KEEP_WITHIN
+    measured = {"chain:3": 44.2, "chain:3+suffix:2,6": 44.2 * 0.990, "chain:3+suffix:4,8": 44.2 * 0.987,
+                "chain:2": 43.0, "dynamic:3,2,4": 36.0}
+    assert choose_tree(measured) == "chain:3+suffix:2,6"  # the fastest with suffix candidates, 1 % behind
+    measured["chain:2+suffix:4,8"] = 44.0
+    assert choose_tree(measured) == "chain:2+suffix:4,8"  # on another drafted tree too
+    losing = {"chain:3": 44.2, "chain:3+suffix:4,8": 44.2 * keep * 0.99, "chain:1": 40.0}
+    assert choose_tree(losing) == "chain:3"  # past the noise: they cost here
+    faster = {"chain:3": 44.2, "chain:3+suffix:4,8": 45.0, "chain:1+suffix:4,8": 46.0}
+    assert choose_tree(faster) == "chain:1+suffix:4,8"  # the fastest, with them already
+    assert choose_tree({"chain:3": 44.2, "dynamic:3,2,4": 50.0}) == "dynamic:3,2,4"  # none measured: the fastest
+
+
 def test_acceptance_counter_walks_the_spine():
     tree = probe_tree(depth=2, width=2)  # [0], [1], [0,0], [0,1]
     counter = AcceptanceCounter(2, 2)
@@ -102,7 +124,7 @@ def test_tune_on_tiny_models_is_cached(tiny_base, eagle1_draft, tmp_path, monkey
     assert len(measured) in (12, 13) and min(measured.values()) > 0  # 3 static (+ a chain), 5 dynamic, 4 suffix
     assert sum("+suffix" in tree for tree in measured) == 4  # on each of the two fastest drafted trees
     assert any(tree.startswith("chain:") for tree in measured)
-    assert measured[first.tree] == max(measured.values())  # the fastest measured is the choice
+    assert first.tree == choose_tree(measured)  # the fastest measured, suffix candidates kept within the noise
     files = list((tmp_path / "tuning").glob("*.json"))
     assert len(files) == 1 and TuneResult.from_dict(json.loads(files[0].read_text())) == first
     assert tune(req) == first  # read back, not measured again

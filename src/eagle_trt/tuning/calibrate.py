@@ -1,7 +1,8 @@
 """`--tree auto`, the measurements: the cost table of this machine (tuning/profile.py) and the draft's acceptance by depth
 and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), from which
 tuning/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
-the same prompts, and the fastest measured is the choice. The result is cached per (base, draft,
+the same prompts, in turn prompt by prompt (one tree of each batch runs in the next, bridging their minutes), and the
+fastest measured is the choice (tree_tuner.choose_tree: suffix candidates kept within the noise). The result is cached per (base, draft,
 device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
 SmolLM2 on 2 CPU cores, up to 8 for a new draft).
 
@@ -22,14 +23,31 @@ from pathlib import Path
 
 import torch
 
+from eagle_trt.tree_config import (
+    AUTO,
+    DEFAULT_RUNTIME_TREE,
+    Suffix,
+    TreeConfig,
+    resolve,
+)
 from eagle_trt.tuning import TUNE_BUDGET_S
+from eagle_trt.tuning.acceptance import (
+    PROBE_DEPTH,
+    PROBE_WIDTH,
+    AcceptanceCounter,
+    probe_tree,
+)
 from eagle_trt.tuning.profile import ProfileConfig, profile_decoder
-from eagle_trt.tuning.tree_tuner import CostModel, TreeChoice, dynamic_step_ms, ranked_static_trees
-from eagle_trt.tree import Tree
-from eagle_trt.tree_config import AUTO, DEFAULT_RUNTIME_TREE, Suffix, TreeConfig, resolve
+from eagle_trt.tuning.tree_tuner import (
+    SUFFIX_KEEP_WITHIN,
+    CostModel,
+    TreeChoice,
+    choose_tree,
+    dynamic_step_ms,
+    ranked_static_trees,
+)
 
-TUNER_VERSION = 8  # bump when what is measured or how it is scored changes: old cache entries are ignored
-PROBE_DEPTH, PROBE_WIDTH = 6, 8  # the calibration tree: a rank-0 spine, PROBE_WIDTH candidates at every depth
+TUNER_VERSION = 9  # bump when what is measured or how it is scored changes: old cache entries are ignored
 STATIC_MEASURED = 3  # the static trees the cost model ranks first, run on the calibration prompts (+ its best chain)
 DYNAMIC_GRID = ("dynamic:3,2,4", "dynamic:4,2,6", "dynamic:4,4,8", "dynamic:5,4,12", "dynamic:6,8,16")
 # what interactive commands use untuned: on a CPU the tuner chooses small trees (dynamic:3,2,4 on this 2-core
@@ -56,44 +74,6 @@ class TuneRequest:
     max_tokens: int = 48
     max_nodes: int = 32
     budget_s: float = TUNE_BUDGET_S  # not part of the cache key: it bounds how long, not what is measured
-
-
-def probe_tree(depth: int = PROBE_DEPTH, width: int = PROBE_WIDTH) -> Tree:
-    """[[0..W-1], [0,0..W-1], ...]: the spine (rank 0) and its W candidates at each depth."""
-    return Tree.from_choices([[0] * d + [r] for d in range(depth) for r in range(width)])
-
-
-class AcceptanceCounter:
-    """Engine on_verify hook: at each spine node the base's greedy token is reached by, walk the candidates."""
-
-    def __init__(self, depth: int, width: int):
-        self.reached = [0] * depth
-        self.hits = [[0] * width for _ in range(depth)]
-
-    def __call__(self, tree, logits: torch.Tensor) -> None:
-        best = logits.argmax(dim=-1).tolist()
-        tokens = tree.tokens.tolist()
-        node = 0
-        for d in range(len(self.reached)):
-            kids = tree.children[node]
-            if not kids:
-                return
-            self.reached[d] += 1
-            match = next((r for r, c in enumerate(kids) if tokens[c] == best[node]), None)
-            if match is None:
-                return
-            self.hits[d][match] += 1
-            if match != 0:
-                return
-            node = kids[0]
-
-    def table(self) -> list[list[float]]:
-        """p[d][r], made non-increasing in r (the greedy tree growth relies on it)."""
-        out = []
-        for reached, hits in zip(self.reached, self.hits):
-            row = [h / reached if reached else 0.0 for h in hits]
-            out.append([min(row[: r + 1]) for r in range(len(row))])
-        return out
 
 
 def _prompts(base: Path, n: int) -> list[list[int]]:
@@ -224,8 +204,6 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     advance("acceptance")
     context = sum(len(p) for p in prompts) / len(prompts) + req.max_tokens / 2
     bare = CostModel.from_profile(profile, int(context))
-    _, plain_ms = _run(probe.with_tree("chain:1", speculative=False), prompts, req.max_tokens)
-    advance("plain decoding")
     skipped: list[str] = []
 
     def in_budget(arg: str, first: bool = False) -> bool:
@@ -235,11 +213,16 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
         advance(f"{arg} skipped")
         return False
 
-    measured = {}  # arg -> (τ, ms/step)
-    for i, arg in enumerate(DYNAMIC_GRID):
-        if in_budget(arg, first=i == 0):
-            measured[arg] = _run(probe.with_tree(arg), prompts, req.max_tokens)
-            advance(arg)
+    # plain decoding and the dynamic trees in turn, prompt by prompt (so are the statics below, and each tree with
+    # its suffix candidates): this machine's speed moves 10-30 % between minutes, more than the trees differ
+    dynamic = [arg for i, arg in enumerate(DYNAMIC_GRID) if in_budget(arg, first=i == 0)]
+    runs = _interleaved([probe.with_tree("chain:1", speculative=False)] + [probe.with_tree(arg) for arg in dynamic],
+                        prompts, req.max_tokens)
+    plain_ms = runs[0][1]
+    advance("plain decoding")
+    measured = dict(zip(dynamic, runs[1:]))  # arg -> (τ, ms/step)
+    for arg in dynamic:
+        advance(arg)
     # what the forwards do not explain (host work per step), from the measured runs
     overhead = sorted(ms - dynamic_step_ms(resolve(arg), bare, tau) for arg, (tau, ms) in measured.items())
     cost = CostModel.from_profile(profile, int(context), overhead=max(overhead[len(overhead) // 2], 0.0),
@@ -254,8 +237,19 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     for _ in range(STATIC_MEASURED + 2 - len(statics)):
         advance("")  # the chains were among the first: a run fewer
     runnable = [static for static in statics if in_budget(static.arg)]
-    # in turn, prompt by prompt: measured one after another, a slow minute of the machine picked the tree
-    runs = _interleaved([probe.with_tree(static.arg) for static in runnable], prompts, req.max_tokens)
+    # in turn with the fastest dynamic tree again, which bridges the two batches: their minutes differ by up to a
+    # third here (2026-11-28: dynamic:3,2,4 16 % ahead of chain:3 in one tuning, 20 % behind in the two before)
+    bridge = max(measured, key=lambda arg: measured[arg][0] / measured[arg][1])
+    drift = 1.0
+    if runnable:
+        runs = _interleaved([probe.with_tree(bridge)] + [probe.with_tree(s.arg) for s in runnable], prompts,
+                            req.max_tokens)
+        (b_tau, b_ms), runs = runs[0], runs[1:]
+        drift = (b_tau / b_ms) / (measured[bridge][0] / measured[bridge][1])
+        echo(f"  {bridge} again, in turn with the static trees: {drift:.3f}x its first rate (the machine's drift; "
+             "plain decoding's and the dynamic trees' rates are scaled by it)")
+    plain_ms /= drift
+    measured = {arg: (tau, ms / drift) for arg, (tau, ms) in measured.items()}
     for static, (s_tau, s_ms) in zip(runnable, runs):
         advance(static.arg)
         candidates.append(static)
@@ -291,7 +285,11 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     # the dynamic trees (its step costs are within a few per cent of each other, about the model's error)
     # speedups against the plain decoding measured on the same prompts, not the cost model's plain step
     candidates = [replace(c, plain_ms=plain_ms) for c in candidates]
-    chosen = max(candidates, key=lambda c: measured_tps[c.arg])
+    chosen = next(c for c in candidates if c.arg == choose_tree(measured_tps))
+    fastest = max(measured_tps, key=measured_tps.get)
+    if chosen.arg != fastest:
+        echo(f"--tree auto: {chosen.arg} kept over {fastest} ({measured_tps[chosen.arg] / measured_tps[fastest]:.3f}x "
+             f"of it, within {SUFFIX_KEEP_WITHIN:.0%}): calibration prompts rarely repeat, served text does")
     if measured_tps[chosen.arg] < 1000.0 / plain_ms:
         echo(f"--tree auto: no tree beats plain decoding here (best {measured_tps[chosen.arg]:.1f} tok/s, plain "
              f"{1000.0 / plain_ms:.1f} tok/s): speculation costs on this engine and machine; the backoff (bench "

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.tree import Tree
-from eagle_trt.tree_config import TreeConfig
+from eagle_trt.tree_config import TreeConfig, resolve
+
+# suffix candidates are kept unless they lose by more than this on the calibration prompts: first turns, which rarely
+# repeat themselves, where they accept ~3 % more per step and their extra rows cost about as much; served text
+# repeats (later turns, code). Their measured ratio there is noise: the same two trees, the same accepted tokens, on
+# this machine measured 1.111x in one `make demo` and 0.987x in the next, 0.997-1.018x in 4 repeats in one process
+# (docs/results/2026-11-28-tuner-int8-draft); the demo's second turns ran 1.69x with them, 1.36x without
+SUFFIX_KEEP_WITHIN = 0.03
 
 
 def _interpolate(table: dict[int, float], x: float) -> float:
@@ -155,3 +162,14 @@ def ranked_static_trees(accept: list[list[float]], cost: CostModel, max_nodes: i
         choice = TreeChoice(tree_arg(tree), accepted, static_step_ms(tree, cost, accepted), cost.plain_step())
         choices.setdefault(choice.arg, choice)
     return sorted(choices.values(), key=lambda c: -c.tok_per_s)
+
+
+def choose_tree(measured_tps: dict[str, float]) -> str:
+    """The fastest tree measured, or, where that one has no suffix candidates, the fastest with them if it is within
+    SUFFIX_KEEP_WITHIN of it."""
+    fastest = max(measured_tps, key=measured_tps.get)
+    suffixed = [arg for arg in measured_tps if resolve(arg).suffix is not None]
+    if resolve(fastest).suffix is not None or not suffixed:
+        return fastest
+    best = max(suffixed, key=measured_tps.get)
+    return best if measured_tps[best] >= (1.0 - SUFFIX_KEEP_WITHIN) * measured_tps[fastest] else fastest
