@@ -59,6 +59,32 @@ def test_batched_eagle_is_identical_to_plain_decoding_alone(int8_decoder):
     assert rounds <= 13  # one base forward per round for all four, not one per request
 
 
+def test_emit_hands_out_each_step_before_the_next_forward_runs(int8_decoder, monkeypatch):
+    """With `emit`, a step's tokens leave the round before the next base forward (the first token right after the
+    prefill: returned at the round's end, it would wait for a whole verify step); the tokens are those of `round()`
+    without it, and none comes twice."""
+    forwards = []
+    packed = int8_decoder.base.forward_packed
+    monkeypatch.setattr(int8_decoder.base, "forward_packed",
+                        lambda calls, capture=(): forwards.append(len(calls)) or packed(calls, capture))
+    batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:2"))
+    slots = [batcher.start(p, 10, key=i) for i, p in enumerate(PROMPTS[:2])]
+    tokens, seen_after = {0: [], 1: []}, []
+
+    def emit(events):
+        for slot, step in events:
+            tokens[slot.key] += step.token_ids
+            seen_after.append(len(forwards))
+
+    while batcher.active:
+        returned = batcher.round(emit=emit)
+        assert returned == []  # every output went through emit
+    assert all(s.done and s.error is None for s in slots)
+    assert seen_after[:2] == [1, 1]  # both first tokens after the one packed prefill, before any verify forward
+    for i, prompt in enumerate(PROMPTS[:2]):
+        assert tokens[i] == _plain_alone(int8_decoder, prompt, 10)
+
+
 def test_running_requests_decode_plainly_while_the_batch_is_a_plain_one(int8_decoder):
     """Policy chain:3 alone, plain at 2: a request that started alone takes plain steps while a second one runs, and
     speculates again once it is alone; outputs stay those of plain decoding alone."""

@@ -107,18 +107,25 @@ class Batcher:
         self.active.append(slot)
         return slot
 
-    def round(self) -> list[tuple[Slot, StepOutput]]:
+    def round(self, emit=None) -> list[tuple[Slot, StepOutput]]:
         """Advance every running request to its next base forward, running the draft forwards on the way packed
         phase by phase (all requests waiting on a draft forward form one; a request whose tree needs fewer draft
         forwards waits on its base forward meanwhile), then run the base forwards packed and answer them. Returns
-        the StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`."""
+        the StepOutputs produced on the way; a request that ended is marked done (or error) and leaves `active`.
+        `emit(events)`: called with the last round's StepOutputs before this round's forwards run (a server sends
+        them then: returned at the end, each token would reach the client a forward late, the first one too), and
+        those are not returned again."""
         events: list[tuple[Slot, StepOutput]] = []
         waiting = {}  # slot -> the BaseCall or DraftCall it waits on
-        t0 = self.clock()
         prefilling = any(slot.generation.stats.steps == 0 for slot in self.active)
         for slot in list(self.active):  # the last round's answers: each request's StepOutput
             self._advance(slot, events, waiting, until_output=True)
-        self._measure(sum(len(step.token_ids) for _, step in events), t0)
+        tokens = sum(len(step.token_ids) for _, step in events)
+        if emit is not None and events:
+            emit(events)
+            events = []
+        t0 = self.clock()  # the last round ran from its t0 to here: its acceptance and the caller's sending count
+        self._measure(tokens, t0)
         batch = len(self.active)
         speculate = self._speculates(batch)
         for view in self.views.values():

@@ -153,7 +153,7 @@ class TritonPythonModel:
         """Admit waiting requests up to the batch limit, run one round (one packed base forward for all running
         requests), answer what it produced; requests join and leave between rounds."""
         while self._admit_waiting():
-            for slot, step in self._guarded(self.batcher.round) or ():
+            for slot, step in self._guarded(self.batcher.round, emit=self._on_steps) or ():
                 self._guarded(self._on_step, slot.key, step)
             for state in self.running:
                 if state.slot.done and state.slot.error is not None and not state.closed:
@@ -209,6 +209,11 @@ class TritonPythonModel:
             self._fail(sender, exc)
             return
         self.running.append(state)
+
+    def _on_steps(self, events):
+        """The last round's outputs, sent before the next round's forwards run."""
+        for slot, step in events:
+            self._guarded(self._on_step, slot.key, step)
 
     def _on_step(self, state, step):
         # a stop word that began in tokens already streamed cannot be taken back from the client (runtime.stops)
