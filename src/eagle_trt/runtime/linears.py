@@ -298,6 +298,8 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
             draft_vocab = None
         if draft is not None and attach_native_draft(draft, q8_activations=precision == "native-q8"):
             draft = None  # runs in C: nothing below applies to it
+    elif precision == "int8" and draft is not None and _int8_draft_in_c(draft, draft_vocab):
+        draft = draft_vocab = None
     fuse_projections(base)
     if draft is not None:
         fuse_projections(draft)
@@ -325,6 +327,21 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
     if draft is not None and on_cpu:
         pack_linears(draft, packed)  # what is left in fp32: a draft's fc
     use_fastest_int8_kernels((base, draft))
+
+
+def _int8_draft_in_c(draft, draft_vocab: torch.Tensor | None) -> bool:
+    """int8: an EAGLE-1/2 draft runs as native-q8 runs it (runtime.native.NativeDraft: Q8_0 blocks, 8-bit
+    activations, fc float32 as quantize_int8 keeps it), a whole draft call in one C call instead of ~20 torch ops,
+    where this CPU runs native-q8. The draft only proposes: its numerics move the acceptance, never the output."""
+    from eagle_trt.kernels.cpu_build import cpu_supports_native
+    from eagle_trt.runtime.native import attach_native_draft, native_refusal
+
+    if (draft.format != "eagle1" or draft.embed_tokens.weight.device.type != "cpu" or native_refusal(draft.args)
+            or cpu_supports_native(q8=True)):
+        return False
+    if draft_vocab is not None:
+        truncate_draft_vocab(draft, draft_vocab)
+    return attach_native_draft(draft, q8_activations=True, float_fc=True)
 
 
 def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:

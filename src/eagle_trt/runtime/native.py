@@ -256,10 +256,10 @@ class NativeDraft(NativeWeights):
     its numerics set the acceptance rate, never the output), kept float32 for native. `forward_packed` runs a whole
     draft call (embedding, fc, layer, head top-k) in one C call; `rows` and `topk` are its parts."""
 
-    def __init__(self, draft, q8_activations: bool):
+    def __init__(self, draft, q8_activations: bool, float_fc: bool = False):
         super().__init__(q8_activations)
         a = draft.args
-        self.fc = self._weights(draft.fc)
+        self.fc = self._linear(draft.fc, None) if float_fc else self._weights(draft.fc)
         layer = CLayer()
         for field, path in LAYER_LINEARS.items():
             setattr(layer, field, self._weights(draft.layer.get_submodule(path)))
@@ -361,12 +361,13 @@ class NativeDraft(NativeWeights):
         return scores, ids.long()
 
 
-def attach_native_draft(draft, q8_activations: bool) -> bool:
+def attach_native_draft(draft, q8_activations: bool, float_fc: bool = False) -> bool:
     """Run an EAGLE-1/2 draft (vocabulary already truncated) through the C forward; False for a draft it does not
-    take (EAGLE-3's wider midlayer), which stays on torch."""
+    take (EAGLE-3's wider midlayer), which stays on torch. `float_fc`: its fc stays float32 under 8-bit
+    activations (linears.quantize_int8 says why)."""
     if draft.format != "eagle1" or native_refusal(draft.args):
         return False
-    draft.native = NativeDraft(draft, q8_activations)
+    draft.native = NativeDraft(draft, q8_activations, float_fc)
     return True
 
 
