@@ -341,7 +341,10 @@ def _int8_draft_in_c(draft, draft_vocab: torch.Tensor | None) -> bool:
         return False
     if draft_vocab is not None:
         truncate_draft_vocab(draft, draft_vocab)
-    return attach_native_draft(draft, q8_activations=True, float_fc=True)
+    if not attach_native_draft(draft, q8_activations=True, float_fc=True):
+        return False
+    draft.layer = draft.lm_head = None  # float32 on torch, ~33 MB for SmolLM2's: the C side holds its Q8_0 copy
+    return True
 
 
 def truncate_draft_vocab(draft, token_ids: torch.Tensor) -> None:

@@ -2,9 +2,9 @@
 and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), from which
 tuning/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
 the same prompts, in turn prompt by prompt (one tree of each batch runs in the next, bridging their minutes), and the
-fastest measured is the choice (tree_tuner.choose_tree: suffix candidates kept within the noise). The result is cached per (base, draft,
-device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first run pays (~2 min for
-SmolLM2 on 2 CPU cores, up to 8 for a new draft).
+fastest measured is the choice (tree_tuner.choose_tree: suffix candidates kept within the noise). The result is
+cached per (base, draft, device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first
+run pays (~2 min for SmolLM2 on 2 CPU cores, up to 10 for a new draft).
 
 Tuning never surprises: `build`, `bench`, `demo` and `eagle-trt tune` measure with a progress callback and within a
 time budget (candidates past it are skipped and said); interactive commands (`generate`) never measure: they take
