@@ -334,15 +334,13 @@ def _int8_draft_in_c(draft, draft_vocab: torch.Tensor | None) -> bool:
     activations, fc float32 as quantize_int8 keeps it), a whole draft call in one C call instead of ~20 torch ops,
     where this CPU runs native-q8. The draft only proposes: its numerics move the acceptance, never the output."""
     from eagle_trt.kernels.cpu_build import cpu_supports_native
-    from eagle_trt.runtime.native import attach_native_draft, native_refusal
+    from eagle_trt.runtime.native import NativeDraft, native_refusal
 
-    if (draft.format != "eagle1" or draft.embed_tokens.weight.device.type != "cpu" or native_refusal(draft.args)
-            or cpu_supports_native(q8=True)):
-        return False
+    if draft.format != "eagle1" or native_refusal(draft.args) or cpu_supports_native(q8=True):
+        return False  # (int8 runs on the CPU only: check_precision)
     if draft_vocab is not None:
         truncate_draft_vocab(draft, draft_vocab)
-    if not attach_native_draft(draft, q8_activations=True, float_fc=True):
-        return False
+    draft.native = NativeDraft(draft, q8_activations=True, float_fc=True)
     draft.layer = draft.lm_head = None  # float32 on torch, ~33 MB for SmolLM2's: the C side holds its Q8_0 copy
     return True
 

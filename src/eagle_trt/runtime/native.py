@@ -21,6 +21,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.kernels.cpu_build import NATIVE_HINT, load_cpu_forward
+from eagle_trt.runtime.model import logit_rows
 
 # GGUF block types the kernel reads as they are stored (cpu_forward.c's W_*); float32 rows are type 0
 BLOCK_TYPES = {"Q4_0": 1, "Q4_1": 2, "Q8_0": 3}
@@ -223,14 +224,10 @@ class NativeForward(NativeWeights):
             parts.append((c.cache or model.cache, c.start, rows, c.tree_mask, False))  # mask None: causal
         segs, _masks = self._segments(parts)
         scratch = self._scratch(t, segs)
-        logit_rows, row = [], 0  # rows whose logits are asked for (a prefill: its last)
-        for c in calls:
-            n = c.input_ids.shape[0]
-            logit_rows += [row + n - 1] if c.last_logits_only else list(range(row, row + n))
-            row += n
-        n_logit = -1 if len(logit_rows) == t else len(logit_rows)
-        picked = (ctypes.c_int32 * max(1, len(logit_rows)))(*logit_rows)
-        logits = torch.empty(len(logit_rows), a.vocab_size)  # [rows asked for, V]
+        rows_asked = logit_rows(calls)  # None: every row (no call is a prefill)
+        n_logit = -1 if rows_asked is None else len(rows_asked)
+        picked = (ctypes.c_int32 * max(1, n_logit))(*(rows_asked or ()))
+        logits = torch.empty(t if rows_asked is None else n_logit, a.vocab_size)  # [rows asked for, V]
         hidden = torch.empty(t, a.hidden_size)  # [T, H]
         captured = torch.empty(t, len(capture) * a.hidden_size) if capture else None  # [T, n*H]
         cap = (ctypes.c_int32 * max(1, len(capture)))(*capture)
