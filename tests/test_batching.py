@@ -155,7 +155,9 @@ def test_requests_join_and_leave_between_rounds(int8_decoder):
             out[slot.key] += step.token_ids
     assert late.done and first.done
     assert out["late"] == _plain_alone(int8_decoder, PROMPTS[2], 6)
-    assert len(batcher.spare) == 2  # caches reused by the next requests
+    # kept for the next requests: the decoder's own pair (an earlier test's request left tokens in it, so both got
+    # new pairs, up to max_batch + 1 in all: finished conversations stay held) and the two new ones
+    assert len(batcher.spare) == 3 and {id(first.caches), id(late.caches)} <= {id(c) for c in batcher.spare}
 
 
 def test_cancel_frees_the_slot(int8_decoder):
@@ -188,8 +190,9 @@ def test_policy_parsing():
 
 
 def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base, eagle1_draft):
-    """Caches sized by prompt + max_new_tokens (a power of two from MIN_CACHE_TOKENS) plus the widest tree; the
-    smallest spare that fits is reused; outputs stay those of plain decoding alone, also at a bucket's edge."""
+    """Caches sized by prompt + max_new_tokens (a power of two from MIN_CACHE_TOKENS) plus the widest tree; spares
+    are reused (runtime.batching's order: one holding nothing, else a new pair up to max_batch + 1, giving up one
+    that holds nothing or finished first at the cap); outputs stay those of plain decoding alone, also at a bucket's edge."""
     from eagle_trt.runtime.batching import MIN_CACHE_TOKENS
 
     decoder = EagleDecoder.load(tiny_base, eagle1_draft, tree="chain:3", dtype="int8", max_seq_len=1024)
@@ -208,12 +211,20 @@ def test_a_request_gets_caches_for_what_it_can_commit_not_max_seq_len(tiny_base,
     assert first.error is None and edge.error is None
     assert out["first"] == _plain_alone(decoder, PROMPTS[0], 12)
     assert out["edge"] == _plain_alone(decoder, [7] * (2 * MIN_CACHE_TOKENS - 20), 20)
-    small = batcher.start(PROMPTS[1], 4)  # fits both spares: gets the smaller
-    assert small.caches is edge.caches
-    batcher.cancel(small)
-    big = batcher.start([5] * 600, 100)  # 700 tokens: only the long pair fits
-    assert big.caches is own
+    small = batcher.start(PROMPTS[1], 4)  # both spares hold a finished request: a new pair, the pool is < 3 pairs
+    assert small.caches[0].max_len == EagleDecoder.cache_lengths(MIN_CACHE_TOKENS, 3)[0]
+    batcher.cancel(small)  # before its prefill ran: its pair holds nothing
+    big = batcher.start([5] * 600, 100)  # 700 tokens: only the own pair fits, and it holds a request: the pool
+    assert big.caches is not own and big.caches[0].max_len == own[0].max_len  # gives up small's (empty) for a new one
+    assert small.caches not in batcher.spare
     batcher.cancel(big)
-    for n in range(4):  # at most max_batch + 1 spares are kept; the smallest go first
+    again = batcher.start([9, 9], 4)  # the fitting spare that holds nothing (big's, cancelled before its prefill)
+    assert again.caches is big.caches
+    batcher.cancel(again)
+    for n in range(4):  # at most max_batch + 1 spares are kept; those holding nothing go first
         batcher._keep((decoder.base.new_cache(10 + n), decoder.draft.new_cache(10 + n)))
-    assert len(batcher.spare) == 3 and own in batcher.spare and edge.caches in batcher.spare
+    assert len(batcher.spare) == 3 and batcher.spare[:2] == [own, edge.caches] and batcher.spare[2][0].max_len == 13
+    no_reuse = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3"), reuse_prefix=False)
+    for pair in [edge.caches] + [(decoder.base.new_cache(10 + n), decoder.draft.new_cache(10 + n)) for n in range(3)]:
+        no_reuse._keep(pair)  # without prefix reuse the smallest go first
+    assert len(no_reuse.spare) == 3 and own in no_reuse.spare and edge.caches in no_reuse.spare

@@ -141,7 +141,8 @@ def test_shared_values_come_from_the_spec(tmp_path):
     assert params["preprocessing"] == params["postprocessing"] == {"bundle_spec": spec_file}
     eagle, base = params["eagle_engine"], params["base_engine"]
     assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "backoff", "threads",
-                                        "engines_sharing"}
+                                        "engines_sharing", "prefix_reuse"}
+    assert eagle["prefix_reuse"] == base["prefix_reuse"] == "true"  # both or neither: the comparison stays even
     assert eagle["bundle_spec"] == base["bundle_spec"] == spec_file
     assert (eagle["speculative"], base["speculative"]) == ("true", "false")
     assert {k: v for k, v in eagle.items() if k not in ("speculative", "load_policy")} == \

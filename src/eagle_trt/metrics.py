@@ -47,9 +47,13 @@ SUFFIX_TOKENS = MetricSpec("eagle_trt_suffix_tokens_total", "counter",
 ACCEPTED_SUFFIX_TOKENS = MetricSpec("eagle_trt_accepted_suffix_tokens_total", "counter",
                                     "Suffix-automaton draft tokens the base model accepted (included in "
                                     "eagle_trt_accepted_draft_tokens_total).")
+# Prompt tokens the pytorch engine did not prefill: a finished request's cache held them (runtime/prefix.py)
+CACHED_PROMPT_TOKENS = MetricSpec("eagle_trt_cached_prompt_tokens_total", "counter",
+                                  "Prompt tokens served from a finished request's KV cache (the conversation so far) "
+                                  "instead of prefilled.")
 
 EAGLE_METRICS = (REQUESTS, OUTPUT_TOKENS, VERIFY_STEPS, DRAFT_TOKENS, ACCEPTED_DRAFT_TOKENS, SUFFIX_TOKENS,
-                 ACCEPTED_SUFFIX_TOKENS)
+                 ACCEPTED_SUFFIX_TOKENS, CACHED_PROMPT_TOKENS)
 # What a trtllm / llmapi bundle's acceptance step can count exactly from the engine's per-request totals (see
 # python_models/acceptance_step.py): no verify steps, no per-step histogram, no suffix candidates apart from the
 # drafts. llmapi answers text only, so its output tokens are not counted either.
@@ -132,7 +136,8 @@ def metric_sum(samples, name: str, **labels: str) -> float:
 
 # AcceptanceCounts' fields, each the metric it sums
 COUNTED_METRICS = {"requests": REQUESTS, "output_tokens": OUTPUT_TOKENS, "verify_steps": VERIFY_STEPS,
-                   "draft_tokens": DRAFT_TOKENS, "accepted_draft_tokens": ACCEPTED_DRAFT_TOKENS}
+                   "draft_tokens": DRAFT_TOKENS, "accepted_draft_tokens": ACCEPTED_DRAFT_TOKENS,
+                   "cached_prompt_tokens": CACHED_PROMPT_TOKENS}
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,7 @@ class AcceptanceCounts:
     verify_steps: float
     draft_tokens: float
     accepted_draft_tokens: float
+    cached_prompt_tokens: float = 0.0
 
     @classmethod
     def from_metrics(cls, text: str, model: str) -> AcceptanceCounts:

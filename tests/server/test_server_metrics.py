@@ -178,3 +178,40 @@ def test_the_dashboard_queries_only_eagle_trt_metrics_this_server_exports(server
     queried = {n for n in names if n.startswith("eagle_trt_")}
     assert {SUFFIX_TOKENS.name, ACCEPTED_SUFFIX_TOKENS.name, REQUESTS.name} <= queried
     assert queried - exported == set()
+
+
+
+
+def chat(server, model: str, messages: list[dict]) -> str:
+    """One conversation through the ensemble's `messages` input (greedy, 12 tokens): the answer's text."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.ports["http"], timeout=120)
+    body = {"messages": json.dumps(messages), "max_tokens": 12, "temperature": 0.0, "exclude_input_in_output": True}
+    conn.request("POST", f"/v2/models/{model}/generate", json.dumps(body))
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    assert response.status == 200, data
+    return json.loads(data)["text_output"]
+
+
+def test_a_next_turn_prefills_only_what_is_new(server, tiny_base):
+    """A chat's second turn: each model counts the conversation so far as cached prompt tokens (runtime.prefix)
+    where the bundle's fp32 engine is batch-invariant on this CPU (else none), and eagle_model answers both turns as
+    base_model does (there exactly)."""
+    from eagle_trt.metrics import CACHED_PROMPT_TOKENS
+    from eagle_trt.runtime import EagleDecoder
+
+    turns = [{"role": "user", "content": PROMPTS[0]}]
+    answers = {}
+    before = parse_metrics(scrape(server))
+    for model in ("eagle_model", "base_model"):
+        first = chat(server, model, turns)
+        answers[model] = (first, chat(server, model, turns + [{"role": "assistant", "content": first},
+                                                               {"role": "user", "content": PROMPTS[1]}]))
+    after = parse_metrics(scrape(server))
+    invariant = EagleDecoder.load(tiny_base, None, tree="chain:1", dtype="float32", max_seq_len=64).base.batch_invariant
+    assert answers["eagle_model"] == answers["base_model"] or not invariant  # else equal up to near-ties only
+    for model in ("eagle_model", "base_model"):
+        cached = metric_sum(after, CACHED_PROMPT_TOKENS.name, model=model) - metric_sum(
+            before, CACHED_PROMPT_TOKENS.name, model=model)
+        assert cached > 0 if invariant else cached == 0, (model, cached, invariant)

@@ -90,6 +90,8 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             # per request, plain steps where they are faster (runtime.backoff)
             "backoff": speculative and (options.backoff == "on" or
                                         (options.backoff == "auto" and spec.dtype in NATIVE_PRECISIONS)),
+            # a request continuing a finished one prefills only what is new (runtime.prefix); "false" turns it off
+            "prefix_reuse": True,
         },
         instances=options.engine_instances, decoupled=True,
     )

@@ -156,6 +156,10 @@ def summary_table(report: dict) -> str:
               f"identical outputs: **{'yes' if report['identical'] else 'NO'}** "
               f"({report['compared_requests']} requests compared"
               + (f", in every one of {len(report['rounds'][EAGLE_MODEL])} rounds)" if "rounds" in report else ")")]
+    cached = [(m["model"], (m.get("scraped_metrics") or {}).get("cached_prompt_tokens")) for m in (e, b)]
+    if any(n for _, n in cached):
+        lines.append("prompt tokens not prefilled (a next turn's conversation so far, held by the last turn's cache): "
+                     + ", ".join(f"{model} {_fmt(n, '.0f')}" for model, n in cached))
     if "rounds" in report:
         runs = "; ".join(f"{model} " + " / ".join(_fmt(x, ".1f") for x in values)
                          for model, values in report["rounds"].items())

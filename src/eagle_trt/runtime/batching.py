@@ -23,7 +23,12 @@ another (e.g. fewer accepted tokens, or one core per engine): the batch then dec
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
 755 MB, and zeroing it took ~0.3 s during which no running request advanced. Finished requests' caches are kept for
-the next ones (the smallest that fits is taken), at most max_batch + 1 of them.
+the next ones, at most max_batch + 1 of them. They still hold their tokens' K/V: a request that continues a finished
+one (the next turn of its conversation) takes that request's caches and prefills only what is new (runtime.prefix;
+batch-invariant engines; copied into a larger pair when the conversation outgrew its own). Other requests take a
+fitting spare that holds nothing, else a new pair while fewer than max_batch + 1 exist (so that the last turns of up
+to that many conversations stay held, within the memory the pool takes at full load anyway), else the spare that
+holds nothing or finished first.
 
     batcher = Batcher(decoder, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
     slot = batcher.start(prompt_ids, 64)
@@ -43,6 +48,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.backoff import BackoffState, StepTimes
 from eagle_trt.runtime.draft import DraftCall
+from eagle_trt.runtime.prefix import copy_prefix, reusable_prefix
 from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree_config import TreeConfig
@@ -67,10 +73,11 @@ class Slot:
 
 
 class Batcher:
-    def __init__(self, decoder: EagleDecoder, max_batch: int, policy: LoadPolicy):
+    def __init__(self, decoder: EagleDecoder, max_batch: int, policy: LoadPolicy, reuse_prefix: bool = True):
         if max_batch < 1:
             raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
         self.decoder, self.max_batch, self.policy = decoder, max_batch, policy
+        self.reuse_prefix = reuse_prefix and bool(decoder.base.batch_invariant)  # a request continuing a finished one prefills what is new (runtime.prefix)
         self.views: dict[TreeConfig | None, EagleDecoder] = {}  # None: plain decoding
         for tree in dict.fromkeys(policy.trees):
             speculative = tree is not None and decoder.draft is not None
@@ -95,12 +102,12 @@ class Batcher:
                                 "wait for one to finish")
         tree = self.policy.tree_for(len(self.active) + 1)
         view = self.views[tree]
-        caches = self._take_caches(len(input_ids) + max_new_tokens)
+        caches = self._take_caches(input_ids, len(input_ids) + max_new_tokens)
         slot = Slot(key, tree, caches=caches)
         try:
             slot.generation = view.generate(input_ids, max_new_tokens, sampling, stop_token_ids,
                                             caches=(caches[0], caches[1] if view.draft is not None else None),
-                                            stop_sequences=stop_sequences)
+                                            stop_sequences=stop_sequences, reuse_prefix=self.reuse_prefix)
         except Exception:
             self._keep(caches)
             raise
@@ -203,24 +210,50 @@ class Batcher:
         self._keep(slot.caches)
 
     def _keep(self, caches: tuple) -> None:
-        """Back to the spare caches; beyond max_batch + 1 of them the smallest goes (the cheapest to make again)."""
+        """Back to the spare caches, last; beyond max_batch + 1 of them one goes: with prefix reuse the `_victim`,
+        else the smallest (the cheapest to make again)."""
         self.spare.append(caches)
         if len(self.spare) > self.max_batch + 1:
-            self.spare.remove(min(self.spare, key=lambda c: c[0].max_len))
+            self.spare.remove(self._victim() if self.reuse_prefix else min(self.spare, key=lambda c: c[0].max_len))
+
+    def _victim(self) -> tuple:
+        """The spare pair to give up: one that holds nothing (or what a later turn continued), else the one whose
+        request finished first (spares are kept in the order requests ended)."""
+        return next((c for c in self.spare if c[0].held is None), self.spare[0])
 
     def _fits(self, caches: tuple, tokens: int) -> bool:
         room, draft_room = EagleDecoder.cache_lengths(tokens, self.widest)
         return caches[0].max_len >= room and (caches[1] is None or caches[1].max_len >= draft_room)
 
-    def _take_caches(self, tokens: int) -> tuple:
-        """(base, draft) caches for a request that commits at most `tokens` (prompt + max_new_tokens): the smallest
-        spare pair that fits, else a new pair for the next power of two (MIN_CACHE_TOKENS to max_seq_len)."""
+    def _take_caches(self, prompt: Sequence[int], tokens: int) -> tuple:
+        """(base, draft) caches for a request of `prompt` that commits at most `tokens` (prompt + max_new_tokens):
+        the spare pair holding the longest prefix `prompt` continues (runtime.prefix) if it fits; else the smallest
+        fitting spare that holds nothing; else, with max_batch + 1 pairs about, the `_victim` if it fits, else a new
+        pair for the next power of two (MIN_CACHE_TOKENS to max_seq_len), the victim given up. A held prefix too long
+        for its pair is copied into the one taken, and its pair then counts as holding nothing (the conversation went
+        on). Without prefix reuse: the smallest fitting spare, else a new pair."""
+        held = {id(c): reusable_prefix(c[0].held, prompt) if self.reuse_prefix else 0 for c in self.spare}
+        source = max(self.spare, key=lambda c: held[id(c)], default=None)
+        source = source if source is not None and held[id(source)] else None
         fitting = [c for c in self.spare if self._fits(c, tokens)]
-        if fitting:
-            caches = min(fitting, key=lambda c: c[0].max_len)
+        empty = [c for c in fitting if c[0].held is None]
+        caches = None
+        if source is not None and source in fitting:
+            caches = source
+        elif empty or (fitting and not self.reuse_prefix):
+            caches = min(empty or fitting, key=lambda c: c[0].max_len)
+        elif self.reuse_prefix and len(self.spare) + len(self.active) > self.max_batch:
+            victim = self._victim()
+            self.spare.remove(victim)
+            caches = victim if self._fits(victim, tokens) else None
+        if caches is None:
+            bucket = min(self.decoder.max_seq_len, max(MIN_CACHE_TOKENS, 1 << (tokens - 1).bit_length()))
+            room, draft_room = EagleDecoder.cache_lengths(bucket, self.widest)
+            draft = self.decoder.draft
+            caches = self.decoder.base.new_cache(room), draft.new_cache(draft_room) if draft is not None else None
+        if caches in self.spare:
             self.spare.remove(caches)
-            return caches
-        bucket = min(self.decoder.max_seq_len, max(MIN_CACHE_TOKENS, 1 << (tokens - 1).bit_length()))
-        room, draft_room = EagleDecoder.cache_lengths(bucket, self.widest)
-        draft = self.decoder.draft
-        return self.decoder.base.new_cache(room), draft.new_cache(draft_room) if draft is not None else None
+        if source is not None and caches is not source:
+            copy_prefix(source[0], caches[0], held[id(source)])
+            source[0].held = None
+        return caches

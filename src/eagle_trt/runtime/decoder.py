@@ -30,6 +30,7 @@ from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, r
                                       torch_dtype)
 from eagle_trt.runtime.model import BaseCall
 from eagle_trt.runtime.native import BLOCK_TYPES
+from eagle_trt.runtime.prefix import HeldTokens, reusable_prefix
 from eagle_trt.runtime.step_clock import StepClock
 from eagle_trt.runtime.stops import Stops
 from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
@@ -54,6 +55,7 @@ class GenerationStats:
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     num_plain_steps: int = 0  # of steps: run without drafting (the backoff found them faster, or the batch's policy)
+    cached_prompt_tokens: int = 0  # prompt tokens a finished request's cache served (runtime.prefix), not prefilled
 
     @property
     def mean_accepted_length(self) -> float:
@@ -70,7 +72,7 @@ class GenerationStats:
                 "num_suffix_tokens": self.num_suffix_tokens,
                 "num_accepted_suffix_tokens": self.num_accepted_suffix_tokens,
                 "prefill_time_s": self.prefill_time_s, "draft_time_s": self.draft_time_s,
-                "verify_time_s": self.verify_time_s}
+                "verify_time_s": self.verify_time_s, "cached_prompt_tokens": self.cached_prompt_tokens}
 
 
 @dataclass
@@ -241,35 +243,50 @@ class EagleDecoder:
     def generate(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                  stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (),
                  tokenizer=None, caches: tuple | None = None,
-                 stop_sequences: Sequence[Sequence[int]] = ()) -> Generation:
+                 stop_sequences: Sequence[Sequence[int]] = (), reuse_prefix: bool = False) -> Generation:
         """Iterate over the verify steps of one request; `.stats` is live while it runs. Bad requests raise
         EagleTrtError here, before any work. Stops (runtime.stops): stop token ids (kept), stop sequences of token
         ids (cut before), stop strings (cut after; need `tokenizer`). `caches`: (base KVCache, draft KVCache or None)
-        of this request when several run at once (runtime.batching); None: the decoder's own."""
+        of this request when several run at once (runtime.batching); None: the decoder's own. `reuse_prefix`: where
+        the base cache holds a finished request this prompt continues, prefill only the rest (runtime.prefix)."""
         prompt = [int(t) for t in input_ids]
         self._check_request(prompt, max_new_tokens, stop_strings, tokenizer)
         stats = GenerationStats()
         stops = Stops.of(stop_token_ids, stop_sequences, stop_strings, tokenizer)
-        steps = self._steps(prompt, max_new_tokens, sampling, stops, stats,
-                            caches or (self.base.cache, self.draft.cache if self.draft is not None else None))
+        caches = caches or (self.base.cache, self.draft.cache if self.draft is not None else None)
+        reused = reusable_prefix(caches[0].held, prompt) if reuse_prefix and self.base.batch_invariant else 0
+        steps = self._steps(prompt, max_new_tokens, sampling, stops, stats, caches, reused)
         next(steps)  # primed: the first `send` starts the work
         return Generation(steps, stats, self)
 
     @torch.inference_mode()
-    def _steps(self, prompt, max_new_tokens, sampling, stops: Stops,
-               stats: GenerationStats, caches: tuple) -> Iterator:
+    def _steps(self, prompt, max_new_tokens, sampling, stops: Stops, stats: GenerationStats, caches: tuple,
+               reused: int) -> Iterator:
         """The request as a coroutine: yields StepOutputs, and BaseCalls / DraftCalls whose answers come back by
-        `send` (Generation answers them alone, runtime.batching packs those of several requests)."""
+        `send` (Generation answers them alone, runtime.batching packs those of several requests). The base cache
+        holds the K/V of `reused` leading prompt tokens already; at the end it records what it holds."""
+        cache, fed = caches[0], []  # fed: the tokens whose K/V the base cache holds at slots 0..len-1
+        cache.held = None
+        try:
+            yield None  # primed by generate()
+            yield from self._request(prompt, max_new_tokens, sampling, stops, stats, caches, reused, fed)
+        finally:
+            cache.held = HeldTokens(len(prompt), tuple(fed)) if fed else None
+
+    def _request(self, prompt, max_new_tokens, sampling, stops: Stops, stats: GenerationStats, caches: tuple,
+                 reused: int, fed: list[int]) -> Iterator:
         cache, draft_cache = caches
-        yield None  # primed by generate()
         gen = torch.Generator().manual_seed(sampling.seed if sampling.seed is not None else
                                             int(torch.randint(0, 2**62, ()).item()))
         out_tokens = []
         clock = StepClock(self.device)
         t0 = clock.mark()
         ids = torch.tensor(prompt, dtype=torch.long, device=self.device)  # [P]
-        logits, hidden, captured = yield BaseCall(ids, torch.arange(len(prompt), device=self.device), 0, None, cache,
-                                                  last_logits_only=True)
+        fed += prompt[:reused]
+        logits, hidden, captured = yield BaseCall(ids[reused:], torch.arange(reused, len(prompt), device=self.device),
+                                                  reused, None, cache, last_logits_only=True)  # hidden: [P - reused, H]
+        fed += prompt[reused:]
+        stats.cached_prompt_tokens = reused
         root = self._sample(logits[-1], sampling, gen)
         suffix = self.tree.suffix if self.draft is not None else None
         sam = SuffixAutomaton() if suffix is not None else None  # this request's text; gone with the request
@@ -279,10 +296,12 @@ class EagleDecoder:
         skipped = 0  # prompt positions the draft does not read: its cache slot of position p is p - skipped
         if self.draft is not None:
             rows = draft_rows(len(prompt), self.draft_window, self.device)  # [W] prompt positions
+            rows = rows[rows >= reused]  # the base ran these (always the last)
             skipped = len(prompt) - rows.numel()
             shifted = torch.cat((ids[1:], torch.tensor([root], device=self.device)))  # [P]
+            run = rows - reused  # [W] rows of this prefill's hidden
             update = DraftCall(shifted[rows], self.draft.base_features(
-                hidden[rows], captured[rows] if captured is not None else None), rows, 0, draft_cache,
+                hidden[run], captured[run] if captured is not None else None), rows, 0, draft_cache,
                 top_k=self._root_k(), last_only=True)
         clock.add(stats, "prefill_time_s", t0, clock.mark())
         committed = [root]
@@ -334,6 +353,7 @@ class EagleDecoder:
             sel = torch.tensor(path, device=self.device)  # [A] accepted node ids, root first
             if path != list(range(len(path))):
                 cache.compact(length, sel + length)
+            fed += [root] + committed[:-1]  # the path's tokens: their K/V now sit at length..length+len(path)-1
             stats.steps += 1
             stats.accepted_lengths.append(len(committed))
             stats.num_draft_tokens += tree.num_draft_tokens

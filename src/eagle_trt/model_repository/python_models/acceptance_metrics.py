@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils
 
-from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_SUFFIX_TOKENS, ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS,
+from eagle_trt.metrics import (ACCEPTED_DRAFT_TOKENS, ACCEPTED_SUFFIX_TOKENS, ACCEPTED_TOKENS_PER_STEP,
+                               CACHED_PROMPT_TOKENS, DRAFT_TOKENS,
                                EAGLE_METRICS, OUTPUT_TOKENS, REQUESTS, SUFFIX_TOKENS, VERIFY_STEPS)
 
 
@@ -73,7 +74,8 @@ class RequestCounter:
 
     # GenerationStats field -> the counter its growth goes to
     TOTALS = (("num_draft_tokens", DRAFT_TOKENS), ("num_accepted_draft_tokens", ACCEPTED_DRAFT_TOKENS),
-              ("num_suffix_tokens", SUFFIX_TOKENS), ("num_accepted_suffix_tokens", ACCEPTED_SUFFIX_TOKENS))
+              ("num_suffix_tokens", SUFFIX_TOKENS), ("num_accepted_suffix_tokens", ACCEPTED_SUFFIX_TOKENS),
+              ("cached_prompt_tokens", CACHED_PROMPT_TOKENS))
 
     def __init__(self, metrics: AcceptanceMetrics):
         self.metrics, self.steps = metrics, 0

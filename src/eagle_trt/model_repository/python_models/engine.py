@@ -121,7 +121,7 @@ class TritonPythonModel:
         self.metrics = AcceptanceMetrics(ensemble, spec.tree.label() if speculative else "none", spec.dtype)
         policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
         self.batcher = Batcher(self.decoder, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
-                               policy)
+                               policy, reuse_prefix=param.get("prefix_reuse", "true") == "true")
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
