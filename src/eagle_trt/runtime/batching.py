@@ -48,8 +48,8 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.backoff import BackoffState, StepTimes
 from eagle_trt.runtime.draft import DraftCall
-from eagle_trt.runtime.prefix import copy_prefix, reusable_prefix
 from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
+from eagle_trt.runtime.prefix import copy_prefix, reusable_prefix
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree_config import TreeConfig
 
@@ -77,7 +77,8 @@ class Batcher:
         if max_batch < 1:
             raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
         self.decoder, self.max_batch, self.policy = decoder, max_batch, policy
-        self.reuse_prefix = reuse_prefix and bool(decoder.base.batch_invariant)  # a request continuing a finished one prefills what is new (runtime.prefix)
+        # a request continuing a finished one prefills only what is new (runtime.prefix): batch-invariant bases only
+        self.reuse_prefix = reuse_prefix and bool(decoder.base.batch_invariant)
         self.views: dict[TreeConfig | None, EagleDecoder] = {}  # None: plain decoding
         for tree in dict.fromkeys(policy.trees):
             speculative = tree is not None and decoder.draft is not None
