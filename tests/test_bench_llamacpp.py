@@ -82,3 +82,25 @@ def test_bench_backoff_and_another_precision_rows(tiny_base, eagle1_draft, tmp_p
     assert rows["chain:3 +backoff"]["identical_to_plain"] and rows["chain:3"]["identical_to_plain"]
     assert rows["chain:3 +backoff"]["steps"] > 0 and rows["chain:3"]["plain_steps"] == 0
     assert "plain int8 |" in res.output and "equal to ours" in res.output  # other numerics: compared, not required
+
+
+def test_bench_reuse_prefix_prefills_only_what_a_next_turn_adds(tiny_base, eagle1_draft, tmp_path):
+    """Each row (the +backoff row too, which shares its model with the row before) finds its own first turn held:
+    second turns prefill only what they add, and every output still equals plain decoding's, as without reuse."""
+    runs = {}
+    for flag in ([], ["--reuse-prefix"]):
+        out = tmp_path / f"b{len(flag)}.json"
+        res = CliRunner().invoke(main, ["bench", "--base", str(tiny_base), "--draft", str(eagle1_draft), "--prompts",
+                                        "2", "--max-tokens", "10", "--trees", "chain:3", "--backoff", "--dtype", "int8",
+                                        "--turns", "both", "--json-out", str(out)] + flag)
+        assert res.exit_code == 0, res.output
+        runs[bool(flag)] = (json.loads(out.read_text())["rows"], res.output)
+    rows, output = runs[True]
+    assert list(rows) == ["plain", "chain:3", "chain:3 +backoff"]
+    assert all(r["identical_to_plain"] for r in rows.values())
+    cached = {name: r["cached_prompt_tokens"] for name, r in rows.items()}
+    assert min(cached.values()) > 0 and len(set(cached.values())) == 1, cached  # the same held prefix on every row
+    assert "prompt tokens not prefilled" in output and f"chain:3 +backoff {cached['plain']}" in output
+    without, output = runs[False]
+    assert all(r["cached_prompt_tokens"] == 0 for r in without.values()) and "not prefilled" not in output
+    assert [r["tokens"] for r in without.values()] == [r["tokens"] for r in rows.values()]

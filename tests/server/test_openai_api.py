@@ -62,6 +62,32 @@ def test_chat_non_streaming_and_streaming_agree_with_usage(client, openai_stack)
     assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == reply.usage.model_dump()
 
 
+def test_a_next_turn_reports_the_prompt_tokens_its_cache_held(client, tiny_base):
+    """usage.prompt_tokens_details.cached_tokens: none on a first turn; on the next turn, unary or streamed, the
+    conversation so far, which the engine did not prefill again (runtime.prefix; where the bundle's fp32 engine is
+    batch-invariant on this CPU, else none)."""
+    from eagle_trt.runtime import EagleDecoder
+
+    invariant = EagleDecoder.load(tiny_base, None, tree="chain:1", dtype="float32", max_seq_len=64).base.batch_invariant
+    for question, stream in (("Name three colours.", False), ("Name three rivers.", True)):
+        turns = [{"role": "user", "content": question}]
+        first = client.chat.completions.create(model="eagle_model", messages=turns, max_tokens=8, temperature=0)
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        turns += [{"role": "assistant", "content": first.choices[0].message.content},
+                  {"role": "user", "content": "Three more, please."}]
+        if stream:
+            chunks = list(client.chat.completions.create(model="eagle_model", messages=turns, max_tokens=8,
+                                                         temperature=0, stream=True,
+                                                         stream_options={"include_usage": True}))
+            usage = chunks[-1].usage
+        else:
+            usage = client.chat.completions.create(model="eagle_model", messages=turns, max_tokens=8,
+                                                   temperature=0).usage
+        cached = usage.prompt_tokens_details.cached_tokens
+        assert (first.usage.prompt_tokens <= cached < usage.prompt_tokens) if invariant else cached == 0, (
+            stream, cached, usage, invariant)
+
+
 def test_completions_non_streaming_and_streaming(client):
     reply = client.completions.create(model="eagle_model", prompt=PROMPT, max_tokens=10, temperature=0)
     assert reply.object == "text_completion" and reply.choices[0].text

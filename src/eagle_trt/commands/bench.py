@@ -50,12 +50,15 @@ from eagle_trt.spec import PRECISIONS
               help="Also run each EAGLE setting with its draft reading the whole prompt (by default it reads a "
                    "window of a long prompt's first and latest positions, runtime.drafting.DRAFT_WINDOW), as a row "
                    "'<setting> +whole prompt'.")
+@click.option("--reuse-prefix", is_flag=True,
+              help="Serve a next turn as the served engine does: prefill only what the conversation adds, from the "
+                   "cache its last turn left (each row on its own cache, llama.cpp too; batch-invariant engines).")
 @click.option("--contexts", default=None, metavar="N,N,...",
               help="Instead of the dataset: prompts of about N tokens each (held-out ShareGPT text, --prompts of "
                    "them, default 4), one run per N, and a table of how tok/s falls with the context.")
 @click.option("--json-out", type=click.Path(path_type=Path), default=Path("bench_runtime.json"), show_default=True)
 def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, turns, max_tokens, device, dtype, draft_vocab, chat, tune_budget,
-              llamacpp_gguf, also_plain, backoff, whole_prompt, contexts, json_out):
+              llamacpp_gguf, also_plain, backoff, whole_prompt, reuse_prefix, contexts, json_out):
     """Benchmark the PyTorch runtime: plain vs EAGLE tok/s, speedup and mean accepted length (greedy).
 
     Settings run each prompt in turn (interleaved), the JSON is rewritten after every prompt (an interrupted run
@@ -78,7 +81,8 @@ def bench_cmd(base_dir, draft_dirs, trees, dataset, prompts, turns, max_tokens, 
     prompts = prompts if prompts is not None else (4 if lengths else 10)
     cfg = BenchConfig(base_dir, tuple(draft_dirs) or None, tuple(t for t in trees.split(";") if t), dataset, prompts,
                       max_tokens, device, dtype, chat, draft_vocab, turns=turns, tune_budget=tune_budget,
-                      llamacpp=llamacpp_gguf, also_plain=tuple(also_plain), backoff=backoff, whole_prompt=whole_prompt)
+                      llamacpp=llamacpp_gguf, also_plain=tuple(also_plain), backoff=backoff, whole_prompt=whole_prompt,
+                      reuse_prefix=reuse_prefix)
     with tuning_progress() as progress:
         if not lengths:
             result = run_bench(cfg, echo=lambda m: click.echo(m, err=True), checkpoint=json_out, progress=progress)

@@ -56,7 +56,8 @@ class PytorchEngine(Engine):
             configs[engine_name] = python_engine_config(spec, bundle_dir, options, engine_name, speculative)
             files[f"{engine_name}/1/model.py"] = python_model_source("engine.py")
             files[f"{engine_name}/1/model_params.py"] = python_model_source("model_params.py")
-            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True)
+            configs[ensemble_name] = text_ensemble_config(spec, ensemble_name, engine_name, stream_key=True,
+                                                          cached_tokens=True)
         return configs, files
 
     def image(self, spec: BuildSpec) -> ServingImage:
@@ -74,7 +75,7 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
     """Our runtime in a decoupled python model; eagle_engine and base_engine share model.py, which builds its
     decoder from the bundle's spec (EagleDecoder.from_bundle); the parameters add only the serving knobs."""
     engine_inputs = C.inputs(C.ENGINE_INPUTS + (C.STREAM_KEY_INPUT,))
-    engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS)
+    engine_outputs = C.outputs(C.ENGINE_OUTPUTS + C.STREAM_KEY_OUTPUTS + (C.CACHED_PROMPT_TOKENS,))
     load_policy = LoadPolicy((None,))  # the base engine decodes plainly
     if speculative:
         load_policy = resolve_load_policy(spec.tree, options.load_policy, spec.dtype in NATIVE_PRECISIONS)

@@ -46,6 +46,9 @@ ARRIVAL_TIME_OUTPUT = ("arrival_time_ns", "TYPE_INT64", [1])
 # ours: the number of generated tokens in this response (what OpenAI's usage.completion_tokens adds up)
 OUTPUT_TOKEN_COUNT = ("output_token_count", "TYPE_INT32", [1])
 ENSEMBLE_OUTPUTS = (("text_output", "TYPE_STRING", [-1]),) + ACCEPTANCE_OUTPUTS + (OUTPUT_TOKEN_COUNT,)
+# ours, pytorch engine: the prompt tokens a request did not prefill because an earlier turn's cache held them
+# (runtime.prefix); an engine output and an ensemble output; OpenAI's usage.prompt_tokens_details.cached_tokens
+CACHED_PROMPT_TOKENS = ("cached_prompt_tokens", "TYPE_INT32", [1])
 
 # ---- the tensorrt_llm model's tensor contract, spoken by every engine model ---------------------------------------
 ENGINE_INPUTS = (

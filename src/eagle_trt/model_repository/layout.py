@@ -99,10 +99,11 @@ def postprocessing_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpt
 
 
 def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream_key: bool, seed_input: str = "seed",
-                         perf_metrics: bool = True, acceptance_step: bool = False) -> dict:
+                         perf_metrics: bool = True, acceptance_step: bool = False, cached_tokens: bool = False) -> dict:
     """The tensorrtllm-style ensemble: preprocessing -> engine -> postprocessing. `seed_input`: the name the engine
     reads the seed under; `perf_metrics`: the engine takes return_perf_metrics and answers the acceptance outputs;
-    `acceptance_step`: they reach the ensemble through the acceptance step, which counts them."""
+    `acceptance_step`: they reach the ensemble through the acceptance step, which counts them; `cached_tokens`: the
+    engine answers cached_prompt_tokens, passed on as an ensemble output."""
     pre_out = {"INPUT_ID": "_INPUT_ID", "REQUEST_INPUT_LEN": "_REQUEST_INPUT_LEN",
                "REQUEST_OUTPUT_LEN": "_REQUEST_OUTPUT_LEN", "STOP_WORDS_IDS": "_STOP_WORDS_IDS",
                "OUT_END_ID": "_PREPROCESSOR_END_ID", "OUT_PAD_ID": "_PREPROCESSOR_PAD_ID"}
@@ -115,6 +116,9 @@ def text_ensemble_config(spec: BuildSpec, name: str, engine_name: str, *, stream
     engine_out = {"output_ids": "_TOKENS_BATCH", "sequence_length": "_SEQUENCE_LENGTH"}
     engine_out.update({out[0]: out[0] for out in C.ACCEPTANCE_OUTPUTS})
     ens_inputs, ens_outputs = C.ENSEMBLE_INPUTS, C.ENSEMBLE_OUTPUTS
+    if cached_tokens:
+        engine_out[C.CACHED_PROMPT_TOKENS[0]] = C.CACHED_PROMPT_TOKENS[0]
+        ens_outputs = ens_outputs + (C.CACHED_PROMPT_TOKENS,)
     step = None
     if not perf_metrics:
         del engine_in["return_perf_metrics"]

@@ -45,6 +45,7 @@ class BenchConfig:
     also_plain: tuple[str, ...] = ()  # more plain rows: the same base at these precisions (e.g. int8 beside native)
     backoff: bool = False  # each EAGLE setting also runs with runtime.backoff (a row "<setting> +backoff")
     whole_prompt: bool = False  # each EAGLE setting also runs with draft_window 0 (a row "<setting> +whole prompt")
+    reuse_prefix: bool = False  # a next turn prefills only what it adds, on each row's own cache (runtime.prefix)
 
     @property
     def max_seq_len(self) -> int | None:
@@ -146,7 +147,7 @@ def _settings(cfg: BenchConfig, echo, progress) -> tuple[dict[str, tuple[Path | 
 def _empty_row() -> dict:
     return {"tokens": 0, "seconds": 0.0, "prefill_s": 0.0, "accepted_lengths": [], "drafted": 0, "accepted": 0,
             "draft_s": 0.0, "verify_s": 0.0, "outputs": [], "categories": {}, "turns": {},
-            "suffix_proposed": 0, "suffix_accepted": 0, "steps": 0, "plain_steps": 0}
+            "suffix_proposed": 0, "suffix_accepted": 0, "steps": 0, "plain_steps": 0, "cached_prompt_tokens": 0}
 
 
 def _per_group(categories: dict[str, list], plain: dict[str, list]) -> dict[str, dict]:
@@ -171,7 +172,8 @@ def _summarise(rows: dict) -> dict:
                      "acceptance_rate": r["accepted"] / r["drafted"] if r["drafted"] else 0.0,
                      "draft_s": r["draft_s"], "verify_s": r["verify_s"], "prompts": len(r["outputs"]),
                      "suffix_proposed": r["suffix_proposed"], "suffix_accepted": r["suffix_accepted"],
-                     "steps": r["steps"], "plain_steps": r["plain_steps"]}
+                     "steps": r["steps"], "plain_steps": r["plain_steps"],
+                     "cached_prompt_tokens": r["cached_prompt_tokens"]}
         if len(r["categories"]) > 1:
             out[name]["per_category"] = _per_group(r["categories"], rows["plain"]["categories"])
         if len(r["turns"]) > 1:
@@ -190,9 +192,11 @@ def _summarise(rows: dict) -> dict:
 
 
 def _add(r: dict, token_ids: list[int], elapsed: float, stats, category: str, turn: int,
-         prefill_s: float = 0.0) -> None:
-    """One request's figures into its row (`stats`: our engine's GenerationStats; None for llama.cpp)."""
+         prefill_s: float = 0.0, cached: int = 0) -> None:
+    """One request's figures into its row (`stats`: our engine's GenerationStats; None for llama.cpp, which gives
+    `prefill_s` and `cached` itself)."""
     r["seconds"] += elapsed
+    r["cached_prompt_tokens"] += stats.cached_prompt_tokens if stats is not None else cached
     r["tokens"] += len(token_ids)
     r["outputs"].append(token_ids)
     lengths = stats.accepted_lengths if stats is not None else []
@@ -213,6 +217,17 @@ def _add(r: dict, token_ids: list[int], elapsed: float, stats, category: str, tu
         sums[1] += elapsed
         sums[2] += len(lengths)
         sums[3] += sum(lengths)
+
+
+def _own_caches(decoders: dict) -> dict:
+    """row name -> the (base, draft) caches its requests run on: the decoder's own, or fresh ones where an earlier
+    row's decoder shares its model (the +backoff and +whole prompt rows), so that each row's next turn finds its
+    own last turn held (runtime.prefix)."""
+    out, models = {}, set()
+    for name, decoder in decoders.items():
+        out[name] = None if id(decoder.base) not in models else decoder.new_caches(decoder.max_seq_len)
+        models.add(id(decoder.base))
+    return out
 
 
 def _whole_prompt(decoder):
@@ -253,14 +268,17 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
     if cfg.llamacpp is not None:
         from eagle_trt.perf.llamacpp import LlamaCpp
 
-        llama = LlamaCpp(cfg.llamacpp, threads=torch.get_num_threads(), n_ctx=decoders["plain"].max_seq_len)
+        llama = LlamaCpp(cfg.llamacpp, threads=torch.get_num_threads(), n_ctx=decoders["plain"].max_seq_len,
+                         reuse_prefix=cfg.reuse_prefix)
         llama.generate(items.encode(0, 1, []), 8, stop)  # warm-up
         echo(f"llama.cpp {llama.version}, {llama.threads} threads: {llama.system_info}")
     echo(f"{len(items.prompts)} prompts ({len(items)} turns) x {cfg.max_tokens} tokens, settings: "
          f"{', '.join(settings)}")
     if not decoders["plain"].base.batch_invariant:
         echo("note: this engine is not batch-invariant here (a verify row may differ from a decode step in the last "
-             "bits), so EAGLE matches plain decoding up to numerical near-ties")
+             "bits), so EAGLE matches plain decoding up to numerical near-ties"
+             + ("; --reuse-prefix needs batch invariance: every prompt is prefilled whole" if cfg.reuse_prefix else ""))
+    caches = _own_caches(decoders) if cfg.reuse_prefix else dict.fromkeys(decoders)
     rows = {name: _empty_row() for name in decoders} | ({LLAMACPP_ROW: _empty_row()} if llama is not None else {})
     result = {}
     order = [(i, turn) for i, turns in enumerate(items.turns) for turn in range(1, turns + 1)]
@@ -271,11 +289,13 @@ def run_bench(cfg: BenchConfig, echo=print, checkpoint: Path | None = None,
         category = items.prompts[i].category
         for name, decoder in decoders.items():
             t0 = time.perf_counter()
-            res = decoder.generate_all(ids, cfg.max_tokens, stop_token_ids=stop)
+            res = decoder.generate_all(ids, cfg.max_tokens, stop_token_ids=stop, caches=caches[name],
+                                       reuse_prefix=cfg.reuse_prefix)
             _add(rows[name], res.token_ids, time.perf_counter() - t0, res.stats, category, turn)
         if llama is not None:
             run = llama.generate(ids, cfg.max_tokens, stop)
-            _add(rows[LLAMACPP_ROW], run.token_ids, run.seconds, None, category, turn, prefill_s=run.prefill_s)
+            _add(rows[LLAMACPP_ROW], run.token_ids, run.seconds, None, category, turn, prefill_s=run.prefill_s,
+                 cached=run.cached_prompt_tokens)
         answers = answers + [rows["plain"]["outputs"][-1]]
         summary = _summarise(rows)
         for name, (draft, tree) in settings.items():
@@ -329,6 +349,10 @@ def format_table(result: dict) -> str:
                      f"{r['mean_accepted_length']:.2f} | {r['acceptance_rate']:.3f} | {r['draft_s']:.1f} | "
                      f"{r['verify_s']:.1f} | {_identical(name, r, n)} |"
                      + (f" {r['vs_llamacpp']:.2f}x ({r['decode_vs_llamacpp']:.2f}x) |" if llama else ""))
+    cached = {name: r["cached_prompt_tokens"] for name, r in result["rows"].items() if r.get("cached_prompt_tokens")}
+    if cached:
+        lines += ["", "prompt tokens not prefilled (--reuse-prefix: a next turn's conversation so far, held by the "
+                  "last turn's cache): " + ", ".join(f"{name} {n}" for name, n in cached.items())]
     for key, title in (("per_turn", "Per turn"), ("per_category", "Per category")):
         named = [name for name, r in result["rows"].items() if key in r and name != "plain"
                  and not other_numerics(name)]

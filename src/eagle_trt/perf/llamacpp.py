@@ -3,8 +3,8 @@
 `LlamaCpp` runs a GGUF through llama-cpp-python (an optional extra, built from source with this machine's CPU
 flags: `make llamacpp`), greedy, on the token ids our benchmark feeds its own engine, with the same number of
 threads and the same stop tokens, so `eagle-trt bench --llamacpp GGUF` compares tok/s on identical work in one run.
-Each request starts from an empty KV cache (llama-cpp-python would otherwise reuse the previous prompt's matching
-prefix, which our engine does not).
+Each request starts from an empty KV cache, unless `reuse_prefix`: then a prompt that continues the last request
+(a next turn) evaluates only what is new, by our engine's rule (runtime.prefix), for `bench --reuse-prefix`.
 
 llama.cpp runs in a child process: in one process with torch, ggml's AMX int8 kernels and oneDNN's (both use the
 CPU's tile registers, from two OpenMP runtimes) end in SIGILL on this machine's CPU. The child times each request
@@ -30,6 +30,7 @@ class LlamaCppRun:
     token_ids: list[int]
     seconds: float  # the whole request: prompt evaluation and every token
     prefill_s: float  # until the first generated token
+    cached_prompt_tokens: int = 0  # leading prompt tokens whose K/V the last request left (reuse_prefix)
 
 
 def check_llamacpp(gguf: str | Path) -> Path:
@@ -46,11 +47,12 @@ def check_llamacpp(gguf: str | Path) -> Path:
 class LlamaCpp:
     """One GGUF loaded in llama.cpp in a child process; `generate` is greedy decoding of a token-id prompt."""
 
-    def __init__(self, gguf: str | Path, threads: int, n_ctx: int = 4096):
+    def __init__(self, gguf: str | Path, threads: int, n_ctx: int = 4096, reuse_prefix: bool = False):
         import multiprocessing
 
         gguf = check_llamacpp(gguf)
-        self.threads = threads
+        self.threads, self.reuse_prefix = threads, reuse_prefix
+        self._held = None  # runtime.prefix.HeldTokens: what the child's KV cache holds (reuse_prefix)
         self._pipe, child = multiprocessing.get_context("spawn").Pipe()
         self._process = multiprocessing.get_context("spawn").Process(
             target=_serve, args=(child, str(gguf), threads, n_ctx), daemon=True)
@@ -61,8 +63,14 @@ class LlamaCpp:
     def generate(self, prompt: Sequence[int], max_tokens: int, stop_token_ids: Sequence[int] = ()) -> LlamaCppRun:
         """Greedy (temperature 0, no repeat penalty): up to max_tokens, ending after a stop token (kept, as our
         engine keeps it)."""
-        self._pipe.send((list(prompt), max_tokens, list(stop_token_ids)))
-        return LlamaCppRun(**self._receive())
+        from eagle_trt.runtime.prefix import HeldTokens, reusable_prefix
+
+        prompt = [int(t) for t in prompt]
+        reuse = reusable_prefix(self._held, prompt) if self.reuse_prefix else 0
+        self._pipe.send((prompt, max_tokens, list(stop_token_ids), reuse))
+        run = LlamaCppRun(**self._receive())
+        self._held = HeldTokens(len(prompt), tuple(prompt + run.token_ids[:-1]))  # the last token was not evaluated
+        return run
 
     def close(self) -> None:
         if self._process.is_alive():
@@ -94,17 +102,22 @@ def _serve(pipe, gguf: str, threads: int, n_ctx: int) -> None:
     pipe.send({"version": llama_cpp.__version__,
                "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()})
     while (request := pipe.recv()) is not None:
-        prompt, max_tokens, stop_token_ids = request
+        prompt, max_tokens, stop_token_ids, reuse = request
         stops = set(stop_token_ids)
-        model.reset()  # no prefix reuse from the previous request
+        if reuse and model.n_tokens >= reuse and model.input_ids[:reuse].tolist() == prompt[:reuse]:
+            model.n_tokens = reuse  # the cache's first `reuse` tokens stay; evaluation goes on from there
+        else:
+            reuse = 0
+            model.reset()  # no prefix reuse from the previous request
         tokens: list[int] = []
         t0 = time.perf_counter()
         first = None
-        for token in model.generate(prompt, temp=0.0, top_k=1, repeat_penalty=1.0, reset=False):
+        for token in model.generate(prompt[reuse:], temp=0.0, top_k=1, repeat_penalty=1.0, reset=False):
             if first is None:
                 first = time.perf_counter()
             tokens.append(int(token))
             if len(tokens) >= max_tokens or token in stops:
                 break
         end = time.perf_counter()
-        pipe.send({"token_ids": tokens, "seconds": end - t0, "prefill_s": (first or end) - t0})
+        pipe.send({"token_ids": tokens, "seconds": end - t0, "prefill_s": (first or end) - t0,
+                   "cached_prompt_tokens": reuse})

@@ -249,9 +249,7 @@ class Batcher:
             caches = victim if self._fits(victim, tokens) else None
         if caches is None:
             bucket = min(self.decoder.max_seq_len, max(MIN_CACHE_TOKENS, 1 << (tokens - 1).bit_length()))
-            room, draft_room = EagleDecoder.cache_lengths(bucket, self.widest)
-            draft = self.decoder.draft
-            caches = self.decoder.base.new_cache(room), draft.new_cache(draft_room) if draft is not None else None
+            caches = self.decoder.new_caches(bucket, self.widest)
         if caches in self.spare:
             self.spare.remove(caches)
         if source is not None and caches is not source:

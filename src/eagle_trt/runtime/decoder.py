@@ -157,6 +157,13 @@ class EagleDecoder:
         room = max_seq_len + max_draft_tokens + 2
         return room, room + max_draft_tokens + 2
 
+    def new_caches(self, max_seq_len: int, max_draft_tokens: int | None = None) -> tuple:
+        """Fresh (base, draft or None) KV caches for a request of up to max_seq_len tokens with trees of up to
+        max_draft_tokens (default: this decoder's tree), beside the decoder's own."""
+        widest = self.tree.max_draft_tokens if max_draft_tokens is None else max_draft_tokens
+        room, draft_room = self.cache_lengths(max_seq_len, widest)
+        return self.base.new_cache(room), self.draft.new_cache(draft_room) if self.draft is not None else None
+
     @classmethod
     def load(cls, base_dir: str | Path, draft_dir: str | Path | None = None, tree: str | TreeConfig = DEFAULT_RUNTIME_TREE,
              device: str = "cpu", dtype: str = "float32", max_seq_len: int | None = None,
@@ -232,10 +239,12 @@ class EagleDecoder:
     # ---- public API ---------------------------------------------------------------------------------------------
     def generate_all(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
                      stop_token_ids: Sequence[int] = (), stop_strings: Sequence[str] = (), tokenizer=None,
-                     stop_sequences: Sequence[Sequence[int]] = ()) -> GenerationResult:
+                     stop_sequences: Sequence[Sequence[int]] = (), caches: tuple | None = None,
+                     reuse_prefix: bool = False) -> GenerationResult:
+        """The whole request at once (`generate`'s arguments)."""
         tokens, reason, stats = [], "length", GenerationStats()
         for step in self.generate(input_ids, max_new_tokens, sampling, stop_token_ids, stop_strings, tokenizer,
-                                  stop_sequences=stop_sequences):
+                                  caches=caches, stop_sequences=stop_sequences, reuse_prefix=reuse_prefix):
             tokens = tokens[:len(tokens) - step.retract] + step.token_ids
             stats, reason = step.stats, step.finish_reason or reason
         return GenerationResult(tokens, reason, stats)

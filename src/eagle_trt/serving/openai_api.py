@@ -7,7 +7,8 @@ ensemble's request names: chat as `messages` (the preprocessing model applies th
 message contents unable to forge control tokens), completions as `text_input` without the template. Streaming
 answers are server-sent events in OpenAI's chunk format, ending with `data: [DONE]`. `usage` counts the prompt
 tokens (tokenized here exactly as preprocessing does, with the same functions) and the generated tokens (the sum
-of the ensemble's output_token_count).
+of the ensemble's output_token_count); where the engine reports cached_prompt_tokens (pytorch: prompt tokens an
+earlier turn's cache held), also `usage.prompt_tokens_details.cached_tokens`.
 
     route = OpenAIRoute.from_bundle(bundle_dir, triton_url="http://127.0.0.1:8000", models=["eagle_model"])
     route.start(port=9000)      # a background thread with its own event loop
@@ -192,7 +193,7 @@ class OpenAIRoute:
             return self._triton_error(response.status, reply)
         text = reply.get("text_output", "")
         text = "".join(text) if isinstance(text, list) else text
-        return self._json(S.full_answer(plan, text, _count(reply)))
+        return self._json(S.full_answer(plan, text, _count(reply), _cached(reply)))
 
     async def _stream(self, request, plan: S.Plan):
         from aiohttp import web
@@ -203,7 +204,7 @@ class OpenAIRoute:
                 return self._triton_error(upstream.status, _parse(await upstream.read()))
             response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await response.prepare(request)
-            tokens, first = 0, True
+            tokens, first, cached = 0, True, None
             async for event in _sse_events(upstream):
                 if "error" in event:
                     await _send(response, S.openai_error(f"the model failed: {event['error']}", kind="server_error"))
@@ -211,13 +212,14 @@ class OpenAIRoute:
                 text = event.get("text_output", "")
                 text = "".join(text) if isinstance(text, list) else text
                 tokens += _count(event)
+                cached = _cached(event) if _cached(event) is not None else cached
                 if text or first:
                     await _send(response, S.chunk(plan, text, first=first))
                     first = False
             else:
                 await _send(response, S.chunk(plan, None, reason=S.finish_reason(plan, tokens)))
                 if plan.include_usage:
-                    await _send(response, S.chunk(plan, None, usage_tokens=tokens))
+                    await _send(response, S.chunk(plan, None, usage_tokens=tokens, cached_tokens=cached))
             await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             return response
@@ -269,6 +271,14 @@ def _count(event: dict) -> int:
     if isinstance(value, list):
         value = value[0] if value else 0
     return int(value or 0)
+
+
+def _cached(event: dict) -> int | None:
+    """The engine's cached_prompt_tokens (pytorch ensembles), None where it does not report them."""
+    value = event.get("cached_prompt_tokens")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else int(value)
 
 
 async def _sse_events(response):

@@ -177,12 +177,15 @@ def finish_reason(plan: Plan, completion_tokens: int) -> str:
     return "length" if completion_tokens >= plan.max_tokens else "stop"
 
 
-def usage(plan: Plan, completion_tokens: int) -> dict:
-    return {"prompt_tokens": plan.prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": plan.prompt_tokens + completion_tokens}
+def usage(plan: Plan, completion_tokens: int, cached_tokens: int | None = None) -> dict:
+    """OpenAI's usage; `cached_tokens` (where the engine reports them: the pytorch engine's prompt tokens an earlier
+    turn's cache held) as prompt_tokens_details.cached_tokens."""
+    out = {"prompt_tokens": plan.prompt_tokens, "completion_tokens": completion_tokens,
+           "total_tokens": plan.prompt_tokens + completion_tokens}
+    return out if cached_tokens is None else out | {"prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def full_answer(plan: Plan, text: str, completion_tokens: int) -> dict:
+def full_answer(plan: Plan, text: str, completion_tokens: int, cached_tokens: int | None = None) -> dict:
     reason = finish_reason(plan, completion_tokens)
     if plan.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
@@ -192,16 +195,16 @@ def full_answer(plan: Plan, text: str, completion_tokens: int) -> dict:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         obj = "text_completion"
     return {"id": plan.id, "object": obj, "created": plan.created, "model": plan.model, "choices": [choice],
-            "usage": usage(plan, completion_tokens)}
+            "usage": usage(plan, completion_tokens, cached_tokens)}
 
 
 def chunk(plan: Plan, text: str | None, *, reason: str | None = None, first: bool = False,
-          usage_tokens: int | None = None) -> dict:
+          usage_tokens: int | None = None, cached_tokens: int | None = None) -> dict:
     """One streamed chunk; `usage_tokens` set: the final usage-only chunk (choices empty)."""
     obj = "chat.completion.chunk" if plan.kind == "chat" else "text_completion"
     out = {"id": plan.id, "object": obj, "created": plan.created, "model": plan.model}
     if usage_tokens is not None:
-        return out | {"choices": [], "usage": usage(plan, usage_tokens)}
+        return out | {"choices": [], "usage": usage(plan, usage_tokens, cached_tokens)}
     if plan.kind == "chat":
         delta = ({"role": "assistant", "content": text or ""} if first else
                  ({} if text is None else {"content": text}))

@@ -70,8 +70,10 @@ def cancel_request(engine: str, stream_key: int):
 
 
 def _stats_figures(stats):
-    """(acceptance_rate, accepted drafts, drafted tokens) so far in the request."""
-    return (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens), int(stats.num_draft_tokens))
+    """(acceptance_rate, accepted drafts, drafted tokens) so far in the request, and the prompt tokens it did not
+    prefill (runtime.prefix)."""
+    return (float(stats.acceptance_rate or 0.0), int(stats.num_accepted_draft_tokens), int(stats.num_draft_tokens),
+            int(stats.cached_prompt_tokens))
 
 
 class RequestState:
@@ -92,7 +94,7 @@ class RequestState:
         stops = unpack_stop_words(stop_tensor.as_numpy()) if stop_tensor is not None else []
         self.stop_token_ids = tuple(sorted({end_id, *(s[0] for s in stops if len(s) == 1)} - {-1}))
         self.stop_sequences = [s for s in stops if len(s) > 1]  # stop words: the runtime cuts before them
-        self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0)
+        self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0, 0)
         self.slot, self.closed, self.counter = None, False, None
 
 
@@ -248,7 +250,7 @@ class TritonPythonModel:
 
     @staticmethod
     def _response(tokens, figures, key, finished: bool):
-        rate, accepted, drafted = figures
+        rate, accepted, drafted, cached = figures
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("output_ids", np.array([[tokens]], dtype=np.int32).reshape(1, 1, len(tokens))),
             pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32)),  # [1, 1]
@@ -257,4 +259,5 @@ class TritonPythonModel:
             pb_utils.Tensor("total_draft_tokens", np.array([[drafted]], dtype=np.int32)),
             pb_utils.Tensor("stream_key", key),
             pb_utils.Tensor("finished", np.array([[finished]], dtype=bool)),
+            pb_utils.Tensor("cached_prompt_tokens", np.array([[cached]], dtype=np.int32)),  # [1, 1]
         ])
