@@ -106,6 +106,54 @@ def test_running_requests_decode_plainly_while_the_batch_is_a_plain_one(int8_dec
     assert max(stats.accepted_lengths) > 1 or stats.num_draft_tokens > 0
 
 
+def _draft_tokens_per_round(batcher, slots):
+    """Run `batcher` to the end: per round, (the tree its requests drafted, as the Batcher set it: a label or None,
+    {key: draft tokens that request's tree held}) and each request's tokens. A step's figures are counted when its
+    verify answer is read, at the start of the next round."""
+    rounds, tokens, tree = [], {s.key: [] for s in slots}, None
+    view = next(iter(batcher.views.values()))
+    while batcher.active:
+        before = {s.key: s.generation.stats.num_draft_tokens for s in slots}
+        for slot, step in batcher.round():
+            tokens[slot.key] += step.token_ids
+        if rounds or tree is not None:
+            rounds.append((tree, {s.key: s.generation.stats.num_draft_tokens - before[s.key] for s in slots}))
+        tree = None if view.plain_now or view.tree_now is None else view.tree_now.tree.label()
+    return rounds, tokens
+
+
+def test_every_request_drafts_the_tree_of_the_rounds_batch(int8_decoder):
+    """Policy chain:3 alone, chain:1 at 2: a request that started alone drafts one token a step while a second one
+    runs, and whichever runs alone at the end drafts three. Outputs stay those of plain decoding alone."""
+    batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:1"))
+    first = batcher.start(PROMPTS[0], 30, key=0)
+    batcher.round()  # its prefill
+    second = batcher.start(PROMPTS[2], 12, key=1)
+    assert (first.tree_label, second.tree_label) == ("chain:3", "chain:1")  # the policy's tree when each started
+    rounds, tokens = _draft_tokens_per_round(batcher, [first, second])
+    both = [d for tree, d in rounds if tree == "chain:1"]
+    assert both and all(n in (0, 1) for d in both for n in d.values()), rounds  # the first drafts chain:1 too
+    assert any(d[0] == 1 for d in both) and any(d[1] == 1 for d in both), rounds
+    alone = [d for tree, d in rounds if tree == "chain:3"]
+    assert any(d[0] == 3 for d in alone) and all(n in (0, 3) for d in alone for n in d.values()), rounds
+    assert tokens[0] == _plain_alone(int8_decoder, PROMPTS[0], 30)
+    assert tokens[1] == _plain_alone(int8_decoder, PROMPTS[2], 12)
+
+
+def test_a_request_started_in_a_plain_batch_drafts_once_the_batch_shrinks(int8_decoder):
+    """Policy chain:2 alone, plain at 2: the request that starts second (plain by the policy) takes plain steps beside
+    the first, and drafts (its draft catching up on the prompt and the steps it skipped) once it runs alone."""
+    batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:2;none"))
+    first = batcher.start(PROMPTS[0], 4, key=0)
+    second = batcher.start(PROMPTS[1], 40, key=1)
+    assert second.tree is None
+    rounds, tokens = _draft_tokens_per_round(batcher, [first, second])
+    assert any(d[1] == 2 for tree, d in rounds if tree == "chain:2"), rounds
+    stats = second.generation.stats
+    assert 0 < stats.num_plain_steps < stats.steps and stats.num_draft_tokens > 0  # (its τ: tests/test_backoff.py)
+    assert tokens[1] == _plain_alone(int8_decoder, PROMPTS[1], 40)
+
+
 def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder):
     """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
     5 ms) and speculates only while that commits more tokens per second per request. The tiny random draft accepts

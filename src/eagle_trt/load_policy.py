@@ -2,7 +2,7 @@
 
 A verify forward over B requests carries B x (tree + 1) rows, so the tree that pays at batch 1 stops paying as B
 grows (production servers lower speculation with the batch in the same way). A policy lists trees by batch size,
-`;`-separated: entry i is the tree of a request that starts while i+1 requests run (itself included), the last
+`;`-separated: entry i is the tree every request drafts in a round where i+1 requests run (runtime.batching), the last
 entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1 and shrinks it by
 AUTO_TAIL (its suffix candidates kept up to batch AUTO_TAIL_SUFFIX_UP_TO), measured on this project's CPUs (scripts/batch_policy.py; the figures are in docs/load.md).
 """
@@ -35,7 +35,7 @@ AUTO_TAIL_NATIVE = ("chain:1", "chain:1", PLAIN)
 
 @dataclass(frozen=True)
 class LoadPolicy:
-    """trees[i]: the tree of a request that starts with i+1 requests running (itself included); None: plain."""
+    """trees[i]: the tree of every request in a round where i+1 requests run; None: plain."""
 
     trees: tuple[TreeConfig | None, ...]
 

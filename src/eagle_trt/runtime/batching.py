@@ -8,10 +8,12 @@ the request's own KV cache) and each request gets its rows back. Outputs are tho
 with int8 linears and exact attention bit for bit, otherwise to the same float tolerance as any change of batch
 shape.
 
-Which tree each request drafts with follows the load policy (eagle_trt.load_policy): by the number of requests
-running when it starts, down to plain decoding (`none`) through the same decoder. While the batch is one the policy
-decodes plainly, every running request takes plain steps too (its draft catches up when the batch shrinks): a
-request that started alone would otherwise keep adding its tree's rows to every step of a full batch.
+Which tree a round drafts with follows the load policy (eagle_trt.load_policy): by the number of requests running
+in that round, down to plain decoding (`none`) through the same decoder. Every running request drafts the round's
+tree, whatever the batch was when it started: a request that started alone would otherwise keep adding its large
+tree's rows to every step of a full batch, and one that started in a full batch would keep a small tree (or none)
+once it runs alone. In a plain round every request takes a plain step; its draft catches up (one call over the
+skipped positions, the prompt's included) when a round speculates again.
 
 With the decoder's backoff (runtime.backoff) the batch backs off as one too: per batch size of 2 or more, rounds
 speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
@@ -61,7 +63,7 @@ class Slot:
     """One running request: its generation, its KV caches, and how it ended."""
 
     key: object
-    tree: TreeConfig | None  # what it drafts with (load policy); None: plain decoding
+    tree: TreeConfig | None  # the load policy's tree when it started (rounds draft the batch's tree); None: plain
     generation: Generation | None = None
     caches: tuple | None = None
     done: bool = False
@@ -83,7 +85,13 @@ class Batcher:
         for tree in dict.fromkeys(policy.trees):
             speculative = tree is not None and decoder.draft is not None
             self.views[tree] = decoder.with_tree(tree if speculative else "chain:1", speculative=speculative)
-        self.widest = max((v.tree.max_draft_tokens for v in self.views.values() if v.draft is not None), default=0)
+        drafting = [v for v in self.views.values() if v.draft is not None]
+        self.widest = max((v.tree.max_draft_tokens for v in drafting), default=0)
+        root_k = max((v._root_k() for v in drafting), default=0)
+        for view in drafting:  # any of them may draft another's tree in a round (EagleDecoder.tree_now)
+            view.root_k_floor = root_k
+        # where a request starts in a plain batch: a drafting view, so that it drafts once the batch shrinks
+        self.lead = drafting[0] if drafting else None
         self.spare: list[tuple] = []  # (base, draft) caches of finished requests, reused; the decoder's own first
         own = (decoder.base.cache, decoder.draft.cache if decoder.draft is not None else None)
         if self._fits(own, decoder.max_seq_len):
@@ -102,7 +110,7 @@ class Batcher:
             raise EagleTrtError(f"{len(self.active)} requests already running (max_batch {self.max_batch})",
                                 "wait for one to finish")
         tree = self.policy.tree_for(len(self.active) + 1)
-        view = self.views[tree]
+        view = self.views[tree] if tree is not None or self.lead is None else self.lead
         caches = self._take_caches(input_ids, len(input_ids) + max_new_tokens)
         slot = Slot(key, tree, caches=caches)
         try:
@@ -136,8 +144,10 @@ class Batcher:
         self._measure(tokens, t0)
         batch = len(self.active)
         speculate = self._speculates(batch)
+        tree = self.policy.tree_for(batch)
         for view in self.views.values():
             view.plain_now = not speculate
+            view.tree_now = self.views[tree] if tree is not None else None
         for slot in list(self.active):
             if slot not in waiting:
                 self._advance(slot, events, waiting)

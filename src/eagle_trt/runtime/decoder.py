@@ -142,6 +142,10 @@ class EagleDecoder:
         self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
         self.draft_window = DRAFT_WINDOW  # prompt positions the draft reads (0: all of them)
         self.plain_now = False  # set by runtime.batching while the batch is one its load policy decodes plainly
+        # set by runtime.batching: the view whose tree this round's steps draft with (the load policy's tree at the
+        # batch's size), and a root top-k enough for any tree a round may take; None / 0: this decoder's own
+        self.tree_now: EagleDecoder | None = None
+        self.root_k_floor = 0
         self.step_times: StepTimes | None = None  # the backoff's step times, shared by this decoder's requests
         self.plan = StaticPlan.of(tree.tree, device) if tree.kind != "dynamic" else None
         self.capture = draft.capture if draft is not None and draft.format == "eagle3" else ()
@@ -297,8 +301,8 @@ class EagleDecoder:
         fed += prompt[reused:]
         stats.cached_prompt_tokens = reused
         root = self._sample(logits[-1], sampling, gen)
-        suffix = self.tree.suffix if self.draft is not None else None
-        sam = SuffixAutomaton() if suffix is not None else None  # this request's text; gone with the request
+        # this request's text (suffix candidates); gone with the request; built on first use if a round's tree has them
+        sam = SuffixAutomaton() if self.draft is not None and self.tree.suffix is not None else None
         if sam is not None:
             sam.extend_all(prompt + [root])
         update = None  # the draft rows the last base forward gives: the prompt (shifted by one), then accepted paths
@@ -327,6 +331,7 @@ class EagleDecoder:
             t0 = clock.mark()
             step_start = time.perf_counter()
             speculate = self.draft is not None and not self.plain_now and (policy is None or policy.speculate())
+            shape = self.tree_now or self  # whose tree this step drafts (runtime.batching: the batch's), else own
             if not speculate:
                 tree = root_only(root, self.device)
             else:
@@ -342,9 +347,13 @@ class EagleDecoder:
                 elif caught_up:  # the draft's catch-up on plain steps' positions is not a speculative step's cost
                     step_start = time.perf_counter()  # (the backoff's timing)
                 update = None
-                tree = yield from self._tree_steps(root, root_draft, length, skipped, draft_cache)
+                tree = yield from shape._tree_steps(root, root_draft, length, skipped, draft_cache)
             drafted = tree.num_draft_tokens
-            if sam is not None and speculate:
+            suffix = shape.tree.suffix if speculate else None
+            if suffix is not None:
+                if sam is None:  # the text so far: every token fed, then the root
+                    sam = SuffixAutomaton()
+                    sam.extend_all(fed + [root])
                 merged = merge_chain(tree, sam.propose(suffix.min_match, suffix.max_tokens))
                 tree = merged.tree
                 stats.num_suffix_tokens += merged.added
@@ -382,8 +391,9 @@ class EagleDecoder:
 
     # ---- internals ----------------------------------------------------------------------------------------------
     def _root_k(self) -> int:
-        """The top-k of the root's draft output that depth 1 of this decoder's tree reads."""
-        return self.plan.root_k if self.plan is not None else self.tree.top_k
+        """The top-k of the root's draft output that depth 1 of this decoder's tree reads (at least root_k_floor:
+        the next step may draft another view's tree, runtime.batching)."""
+        return max(self.plan.root_k if self.plan is not None else self.tree.top_k, self.root_k_floor)
 
     def _draft_update(self, update: DraftCall | None, pending: list[tuple], skipped: int, draft_cache) -> DraftCall:
         """One draft call over the accepted rows the draft has not read: the last step's path, or every step's since

@@ -217,7 +217,7 @@ def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draf
     depth (the frontier) and one at the end (the kept nodes)."""
     root_out = root_draft.out  # [1, H]
     device = root_out.device
-    scores, toks = root_draft.scores, root_draft.ids  # [1, k]
+    scores, toks = root_draft.scores[:, :top_k], root_draft.ids[:, :top_k]  # [1, k] (it may carry more)
     pool_scores, pool_tokens = [scores[0]], [toks[0]]
     pool_parent = [-1] * top_k  # pool index -> pool index of its parent (-1: the root)
     frontier = torch.arange(top_k, device=device)  # [k] pool indices
