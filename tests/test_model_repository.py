@@ -381,9 +381,9 @@ def test_auto_load_policy_keeps_the_trees_suffix_candidates_at_small_batches():
     assert all(t.suffix is None for t in LoadPolicy.auto(resolve("chain:3")).trees)
 
 
-@pytest.mark.parametrize("dtype, backoff, on", [("float32", "auto", False), ("native-q8", "auto", True),
-                                                ("int8", "on", True), ("native", "off", False)])
-def test_the_backoff_parameter_follows_the_option_and_precision(tmp_path, dtype, backoff, on):
+@pytest.mark.parametrize("dtype, backoff, on", [("float32", "auto", False), ("native-q8", "auto", False),
+                                                ("int8", "on", True), ("native-q8", "on", True), ("native", "off", False)])
+def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, dtype, backoff, on):
     import dataclasses
 
     repo = tmp_path / "repo"

@@ -64,8 +64,8 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
                    "starting with --tree, becomes draft_len_schedule (auto: none written).")
 @click.option("--backoff", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
               help="pytorch engine: each request runs plain steps while they commit more tokens per second than its "
-                   "speculative ones, and re-measures now and then (runtime.backoff; output unchanged). auto: on for "
-                   "--dtype native / native-q8, whose cheap decode step makes speculation pay less often.")
+                   "speculative ones, and re-measures now and then (runtime.backoff; output unchanged). auto: off "
+                   "(served, its timing cost 5-10 % of tok/s on every precision measured; docs/native_cpu.md).")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0),

@@ -88,9 +88,9 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             "engines_sharing": options.engines_sharing,
             # the tree by how many requests run at once (runtime.batching)
             "load_policy": json.dumps(load_policy.to_list(), separators=(",", ":")),
-            # per request, plain steps where they are faster (runtime.backoff)
-            "backoff": speculative and (options.backoff == "on" or
-                                        (options.backoff == "auto" and spec.dtype in NATIVE_PRECISIONS)),
+            # per request, plain steps where they are faster (runtime.backoff); on only when asked: with the load
+            # policy's tree per round it cost 5-10 % on the native precisions too (docs/native_cpu.md, Backoff)
+            "backoff": speculative and options.backoff == "on",
             # a request continuing a finished one prefills only what is new (runtime.prefix); "false" turns it off
             "prefix_reuse": True,
         },
