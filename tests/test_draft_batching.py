@@ -1,8 +1,9 @@
 """Packed drafting (runtime.batching + DraftHead.forward_packed): the draft forwards of several requests run as one
 forward, each request's rows over its own draft cache, and every output equals that request run alone, token for
 token: greedy (= plain decoding) and seeded sampling, EAGLE-1 and EAGLE-3 drafts, static and dynamic trees, and
-trees mixed in one batch by the load policy (none of these batches reaches a plain entry: a running request then takes
-plain steps, tests/test_batching.py)."""
+trees that change from round to round with the batch by the load policy (none of these batches reaches a plain
+entry: a running request then takes plain steps, tests/test_batching.py). Under sampling, "alone" drafts the trees its
+rounds gave it, step by step."""
 
 import contextlib
 
@@ -46,11 +47,24 @@ def _counted_draft_forwards(decoder):
         hook.remove()
 
 
-def _run_batched(decoder, policy: str, n: int, sampling=SamplingParams()):
-    """Every prompt admitted at once; returns (tokens per request, trees, rounds, draft forwards)."""
+def _recording(view, record: dict):
+    """`view`'s tree generator, noting in `record` (draft cache id -> views) which view's tree each step drafted."""
+    def tree_steps(root, root_draft, length, skipped, draft_cache):
+        record.setdefault(id(draft_cache), []).append(view)
+        return type(view)._tree_steps(view, root, root_draft, length, skipped, draft_cache)
+    return tree_steps
+
+
+def _run_batched(decoder, policy: str, n, sampling=SamplingParams(), record: dict | None = None):
+    """Every prompt admitted at once, `n` tokens each (or n[i]); returns (tokens per request, trees, rounds, draft
+    forwards); with `record`, (tokens, trees, the batcher, the slots) and record: per request's draft cache, the
+    views whose trees it drafted, step by step."""
     with _counted_draft_forwards(decoder) as forwards:
         batcher = Batcher(decoder, max_batch=len(PROMPTS), policy=LoadPolicy.parse(policy))
-        slots = [batcher.start(p, n, SamplingParams(sampling.temperature, sampling.top_k, sampling.top_p,
+        for view in batcher.views.values() if record is not None else ():
+            if view.draft is not None:
+                view._tree_steps = _recording(view, record)
+        slots = [batcher.start(p, n[i] if isinstance(n, list) else n, SamplingParams(sampling.temperature, sampling.top_k, sampling.top_p,
                                                      None if sampling.seed is None else sampling.seed + i), key=i)
                  for i, p in enumerate(PROMPTS)]
         tokens, rounds = {i: [] for i in range(len(PROMPTS))}, 0
@@ -59,7 +73,20 @@ def _run_batched(decoder, policy: str, n: int, sampling=SamplingParams()):
                 tokens[slot.key] += step.token_ids
             rounds += 1
     assert all(s.done and s.error is None for s in slots), [s.error for s in slots]
+    if record is not None:
+        return tokens, [s.tree for s in slots], batcher, slots
     return tokens, [s.tree for s in slots], rounds, len(forwards)
+
+
+def _replayed(start, views, prompt, n, sampling):
+    """The request alone on `start`'s tree (and root top-k), drafting step by step the trees of `views`."""
+    queue = list(views)
+    replay = start.with_tree(start.tree)
+    replay.root_k_floor = start.root_k_floor
+    replay._tree_steps = lambda *args: type(queue[0])._tree_steps(queue.pop(0), *args)
+    out = replay.generate_all(prompt, n, sampling).token_ids
+    assert not queue, f"{len(queue)} recorded trees left"
+    return out
 
 
 def _alone(decoder, tree, prompt, n, sampling=SamplingParams()):
@@ -114,12 +141,21 @@ def test_packed_drafting_greedy_equals_plain_decoding_alone(decoder, policy):
 @pytest.mark.parametrize("policy", ["dynamic:2,2,4", "chain:3;dynamic:2,2,4;chain:2;chain:1;none"],
                          ids=["dynamic", "mixed"])
 def test_packed_drafting_sampling_equals_each_request_alone(decoder, policy):
-    """Seeded sampling: each request's tokens equal the same request (tree, seed) run alone."""
+    """Seeded sampling: each request's tokens equal the same request (seed, and the trees its rounds gave it step by
+    step) run alone; with one tree, simply the request alone."""
     sampling = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=11)
-    tokens, trees, _, _ = _run_batched(decoder, policy, 16, sampling)
+    record, lengths = {}, [10, 14, 18, 22]  # the batch shrinks 4 -> 3 -> 2 -> 1 as they finish
+    tokens, trees, batcher, slots = _run_batched(decoder, policy, lengths, sampling, record)
+    for view in batcher.views.values():
+        view.tree_now = None  # as the last round left them: the replay drafts what it is given
     for i, prompt in enumerate(PROMPTS):
-        alone = _alone(decoder, trees[i], prompt, 16, SamplingParams(temperature=0.9, top_k=50, top_p=0.95, seed=11 + i))
-        assert tokens[i] == alone, f"request {i} ({trees[i]})"
+        seeded = SamplingParams(temperature=0.9, top_k=50, top_p=0.95, seed=11 + i)
+        views = record[id(slots[i].caches[1])]
+        assert tokens[i] == _replayed(batcher.views[trees[i]], views, prompt, lengths[i], seeded), f"request {i}"
+        if ";" not in policy:  # one tree throughout: the request alone, as it would run by itself
+            assert tokens[i] == _alone(decoder, trees[i], prompt, lengths[i], seeded), f"request {i} ({trees[i]})"
+    changed = [len({v.tree for v in record[id(s.caches[1])]}) > 1 for s in slots]
+    assert sum(changed) == (3 if ";" in policy else 0), changed  # the last to finish drafts 4 trees, ..., the first 1
     assert len({tuple(t) for t in tokens.values()}) == len(PROMPTS)  # the requests did not all sample the same
 
 
