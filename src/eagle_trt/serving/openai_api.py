@@ -193,7 +193,7 @@ class OpenAIRoute:
             return self._triton_error(response.status, reply)
         text = reply.get("text_output", "")
         text = "".join(text) if isinstance(text, list) else text
-        return self._json(S.full_answer(plan, text, _count(reply), _cached(reply)))
+        return self._json(S.full_answer(plan, text, _count(reply), _number(reply, "cached_prompt_tokens")))
 
     async def _stream(self, request, plan: S.Plan):
         from aiohttp import web
@@ -212,7 +212,7 @@ class OpenAIRoute:
                 text = event.get("text_output", "")
                 text = "".join(text) if isinstance(text, list) else text
                 tokens += _count(event)
-                cached = _cached(event) if _cached(event) is not None else cached
+                cached = _number(event, "cached_prompt_tokens", cached)
                 if text or first:
                     await _send(response, S.chunk(plan, text, first=first))
                     first = False
@@ -267,18 +267,16 @@ def _parse(raw: bytes) -> dict:
 
 
 def _count(event: dict) -> int:
-    value = event.get("output_token_count", 0)
-    if isinstance(value, list):
-        value = value[0] if value else 0
-    return int(value or 0)
+    return _number(event, "output_token_count", 0)
 
 
-def _cached(event: dict) -> int | None:
-    """The engine's cached_prompt_tokens (pytorch ensembles), None where it does not report them."""
-    value = event.get("cached_prompt_tokens")
+def _number(event: dict, name: str, default: int | None = None) -> int | None:
+    """An ensemble output of one number (Triton's JSON gives it bare or in a list); `default` where it is absent
+    (e.g. cached_prompt_tokens, which only pytorch ensembles answer)."""
+    value = event.get(name)
     if isinstance(value, list):
         value = value[0] if value else None
-    return None if value is None else int(value)
+    return default if value is None else int(value)
 
 
 async def _sse_events(response):
