@@ -50,7 +50,7 @@ def test_suffix_candidates_are_verified_and_accepted(tiny_base, eagle1_draft, pl
 
 def _drive(decoder, prompt, max_tokens):
     """Run one request by hand: (its tokens, every DraftCall it made)."""
-    from eagle_trt.runtime.decoder import StepOutput
+    from eagle_trt.runtime.generation import StepOutput
 
     gen, tokens, calls = decoder.generate(prompt, max_tokens), [], []
     with torch.inference_mode():

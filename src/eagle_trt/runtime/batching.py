@@ -50,7 +50,8 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.backoff import BackoffState, StepTimes
 from eagle_trt.runtime.draft import DraftCall
-from eagle_trt.runtime.decoder import EagleDecoder, Generation, StepOutput
+from eagle_trt.runtime.decoder import EagleDecoder
+from eagle_trt.runtime.generation import Generation, StepOutput
 from eagle_trt.runtime.prefix import copy_prefix, reusable_prefix
 from eagle_trt.runtime.verify import SamplingParams
 from eagle_trt.tree_config import TreeConfig

@@ -7,14 +7,14 @@ accepts a path, commits its tokens plus the bonus token and moves the accepted K
 
 A request is a coroutine (`Generation`) that yields every forward it needs as a call carrying its own KV cache
 (BaseCall for the base, DraftCall for the draft; nothing is swapped on the shared modules), so one request runs
-alone and runtime.batching packs the same-phase calls of many requests through the same code.
+alone and runtime.batching packs the same-phase calls of many requests through the same code. What a request gives
+back (stats, step outputs, the Generation iterator) is in runtime.generation.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,6 +25,7 @@ from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
 from eagle_trt.runtime.drafting import DRAFT_WINDOW, StaticPlan, draft_rows, dynamic_tree, root_only, static_tree
+from eagle_trt.runtime.generation import Generation, GenerationResult, GenerationStats, StepOutput
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
                                       torch_dtype)
@@ -37,98 +38,6 @@ from eagle_trt.runtime.suffix import SuffixAutomaton, merge_chain
 from eagle_trt.runtime.verify import SamplingParams, accept_greedy, accept_sampling, greedy_ids, sampling_probs
 from eagle_trt.spec import NATIVE_PRECISIONS, DraftSpec, ModelSpec, require_compatible
 from eagle_trt.tree_config import DEFAULT_RUNTIME_TREE, TreeConfig, resolve
-
-
-@dataclass
-class GenerationStats:
-    """Per request. accepted_lengths: tokens committed per verify step (bonus included). prefill_time_s: the base
-    and draft passes over the prompt; draft_time_s: the draft's update with the accepted positions and its tree;
-    verify_time_s: the base forward over the tree and acceptance."""
-
-    steps: int = 0
-    accepted_lengths: list[int] = field(default_factory=list)
-    num_draft_tokens: int = 0
-    num_accepted_draft_tokens: int = 0
-    num_suffix_tokens: int = 0  # of num_draft_tokens: nodes the suffix automaton added (runtime/suffix.py)
-    num_accepted_suffix_tokens: int = 0  # of num_accepted_draft_tokens: accepted nodes it added
-    prefill_time_s: float = 0.0
-    draft_time_s: float = 0.0
-    verify_time_s: float = 0.0
-    num_plain_steps: int = 0  # of steps: run without drafting (the backoff found them faster, or the batch's policy)
-    cached_prompt_tokens: int = 0  # prompt tokens a finished request's cache served (runtime.prefix), not prefilled
-
-    @property
-    def mean_accepted_length(self) -> float:
-        return sum(self.accepted_lengths) / len(self.accepted_lengths) if self.accepted_lengths else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.num_accepted_draft_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
-
-    def to_dict(self) -> dict:
-        return {"steps": self.steps, "mean_accepted_length": self.mean_accepted_length,
-                "acceptance_rate": self.acceptance_rate, "accepted_lengths": self.accepted_lengths,
-                "num_draft_tokens": self.num_draft_tokens, "num_accepted_draft_tokens": self.num_accepted_draft_tokens,
-                "num_suffix_tokens": self.num_suffix_tokens,
-                "num_accepted_suffix_tokens": self.num_accepted_suffix_tokens,
-                "prefill_time_s": self.prefill_time_s, "draft_time_s": self.draft_time_s,
-                "verify_time_s": self.verify_time_s, "cached_prompt_tokens": self.cached_prompt_tokens}
-
-
-@dataclass
-class StepOutput:
-    token_ids: list[int]  # committed in this step, already cut at a stop / the token budget
-    stats: GenerationStats
-    finish_reason: str | None = None  # "stop" | "length" on the last step
-    retract: int = 0  # earlier steps' tokens a stop sequence began in: not part of the answer (runtime.stops)
-
-
-@dataclass
-class GenerationResult:
-    token_ids: list[int]
-    finish_reason: str
-    stats: GenerationStats
-    text: str | None = None
-
-
-class Generation:
-    """The iterator `EagleDecoder.generate` returns: StepOutputs, plus the request's live `stats`.
-
-    Underneath is a coroutine that yields a StepOutput, a BaseCall (a base forward it needs) or a DraftCall (a draft
-    forward), the calls answered by `send`. Iterating runs each call at once, alone, through the same packed
-    forwards (`Llama.forward_packed`, `DraftHead.forward_packed`) with one call; `runtime.batching` instead answers
-    the calls of several generations with one packed forward per phase."""
-
-    def __init__(self, steps, stats: GenerationStats, decoder: EagleDecoder):
-        self._steps, self.stats, self._decoder = steps, stats, decoder
-        self._answer = None  # what the coroutine gets back at its next resume
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> StepOutput:
-        while True:
-            item = self.advance()
-            if isinstance(item, StepOutput):
-                return item
-            with torch.inference_mode():
-                if isinstance(item, DraftCall):
-                    self.answer(self._decoder.draft.forward_packed([item])[0])
-                else:
-                    self.answer(self._decoder.base.forward_packed([item], self._decoder.capture)[0])
-
-    def advance(self):
-        """Resume until the next StepOutput, BaseCall or DraftCall (StopIteration at the end)."""
-        answer, self._answer = self._answer, None
-        return self._steps.send(answer)
-
-    def answer(self, result) -> None:
-        """The answer to the call the last `advance` returned: (logits, hidden, captured) of a BaseCall, the DraftOut
-        of a DraftCall."""
-        self._answer = result
-
-    def close(self) -> None:
-        self._steps.close()
 
 
 class EagleDecoder:
