@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from eagle_trt.errors import EagleTrtError
+from eagle_trt.runtime.weight_memory import WeightArena, release_freed_memory
 from eagle_trt.spec import CPU_PRECISIONS, NATIVE_PRECISIONS, PRECISIONS
 
 INT8_MAX = 127.0
@@ -327,6 +328,27 @@ def prepare(base: nn.Module, draft: nn.Module | None, precision: str,
     if draft is not None and on_cpu:
         pack_linears(draft, packed)  # what is left in fp32: a draft's fc
     use_fastest_int8_kernels((base, draft))
+    place_in_weight_pages((base, draft))
+    release_freed_memory()  # the float32 copies loading and quantizing left in the heap: ~560 MiB for SmolLM2 int8
+
+
+def place_in_weight_pages(modules) -> None:
+    """The int8 weights our kernels read (`_int_mm`'s and kernels/cpu_int8.h's; oneDNN keeps its packed copy in its
+    own memory) moved into one WeightArena: 2 MiB pages where the system allows (runtime.weight_memory)."""
+    arena, seen = WeightArena(), set()
+    for module in modules:
+        for lin in [] if module is None else module.modules():
+            if not isinstance(lin, Int8Linear) or id(lin) in seen:
+                continue
+            seen.add(id(lin))
+            for name in ("qweight_t", "native"):
+                weight = getattr(lin, name)
+                if weight is not None:
+                    moved = torch.from_numpy(arena.copy(weight.numpy()))  # [same shape] int8, same values
+                    if name == "qweight_t":
+                        lin.qweight_t = moved  # a registered buffer: assignment keeps it one
+                    else:
+                        lin.native = moved
 
 
 def _int8_draft_in_c(draft, draft_vocab: torch.Tensor | None) -> bool:

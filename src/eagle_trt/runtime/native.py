@@ -22,6 +22,7 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.kernels.cpu_build import NATIVE_HINT, load_cpu_forward
 from eagle_trt.runtime.model import logit_rows
+from eagle_trt.runtime.weight_memory import WeightArena
 
 # GGUF block types the kernel reads as they are stored (cpu_forward.c's W_*); float32 rows are type 0
 BLOCK_TYPES = {"Q4_0": 1, "Q4_1": 2, "Q8_0": 3}
@@ -96,6 +97,7 @@ class NativeWeights:
         # native in float32: what the dequantized reference computes
         self.cache_dtype = torch.float16 if q8_activations else torch.float32
         self.keep: list = []  # every buffer a C pointer refers to
+        self.arena = WeightArena()  # the weights a step streams through, in huge pages (runtime.weight_memory)
         self.scratch: torch.Tensor | None = None
 
     @property
@@ -107,9 +109,9 @@ class NativeWeights:
     def _floats(self, tensor: torch.Tensor | None) -> int | None:
         if tensor is None:
             return None
-        t = tensor.detach().float().contiguous()
+        t = self.arena.copy(tensor.detach().float().contiguous().numpy())  # [same shape] float32
         self.keep.append(t)
-        return t.data_ptr()
+        return t.ctypes.data
 
     def _linear(self, module, stored: tuple[str, np.ndarray] | None) -> CLinear:
         rows, cols = module.weight.shape
@@ -119,8 +121,9 @@ class NativeWeights:
             linear = CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
             if self.q8_activations and (repacked := self._repack(linear)) is not None:
                 return repacked
+            data = self.arena.copy(data)
             self.keep.append(data)
-            return linear
+            return CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
         return CLinear(W_F32, rows, cols, self._floats(module.weight), bias)
 
     def _repack(self, linear: CLinear) -> CLinear | None:
@@ -129,7 +132,7 @@ class NativeWeights:
         size = self.lib.ef_repacked_bytes(linear.type, linear.rows, linear.cols)
         if size <= 0:
             return None
-        data = np.empty(size, np.uint8)  # [units of 16 rows x 32 inputs]
+        data = self.arena.empty(size)  # [units of 16 rows x 32 inputs] as bytes
         kind = self.lib.ef_repack(ctypes.byref(linear), ctypes.c_void_p(data.ctypes.data))
         if kind < 0:
             return None
