@@ -4,14 +4,11 @@ iterator over its steps that runs each forward the request's coroutine (EagleDec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from eagle_trt.runtime.draft import DraftCall
 
-if TYPE_CHECKING:
-    from eagle_trt.runtime.decoder import EagleDecoder
 
 @dataclass
 class GenerationStats:
@@ -73,7 +70,7 @@ class Generation:
     forwards (`Llama.forward_packed`, `DraftHead.forward_packed`) with one call; `runtime.batching` instead answers
     the calls of several generations with one packed forward per phase."""
 
-    def __init__(self, steps, stats: GenerationStats, decoder: EagleDecoder):
+    def __init__(self, steps, stats: GenerationStats, decoder):  # decoder: the EagleDecoder whose models answer
         self._steps, self.stats, self._decoder = steps, stats, decoder
         self._answer = None  # what the coroutine gets back at its next resume
 
