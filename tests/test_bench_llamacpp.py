@@ -104,3 +104,26 @@ def test_bench_reuse_prefix_prefills_only_what_a_next_turn_adds(tiny_base, eagle
     without, output = runs[False]
     assert all(r["cached_prompt_tokens"] == 0 for r in without.values()) and "not prefilled" not in output
     assert [r["tokens"] for r in without.values()] == [r["tokens"] for r in rows.values()]
+
+
+def _die_at_start(pipe, *args) -> None:
+    """A llama.cpp child that dies before it answers (spawned: imported from this module by name)."""
+    import os
+
+    os._exit(3)
+
+
+def test_a_child_that_dies_at_start_is_reported_at_once(tmp_path, monkeypatch):
+    """The parent closes its copy of the child's pipe end, so a dead child reads as EOF: a clear error within
+    seconds, not the 600 s answer timeout."""
+    import time
+
+    from eagle_trt.errors import EagleTrtError
+    from eagle_trt.perf import llamacpp
+
+    monkeypatch.setattr(llamacpp, "check_llamacpp", lambda gguf: tmp_path / "model.gguf")
+    monkeypatch.setattr(llamacpp, "_serve", _die_at_start)
+    t0 = time.perf_counter()
+    with pytest.raises(EagleTrtError, match=r"the llama.cpp process died \(exit code 3\)") as err:
+        llamacpp.LlamaCpp(tmp_path / "model.gguf", threads=1)
+    assert time.perf_counter() - t0 < 60 and "__main__" in err.value.hint

@@ -124,8 +124,8 @@ def test_engine_weights_lie_in_huge_pages_and_compute_the_same_bits(dtype, promp
     huge, ordinary = _load(dtype, True, monkeypatch), _load(dtype, False, monkeypatch)
     addresses = _streamed_addresses(huge, dtype)
     assert addresses and all(_advised(a) for a in addresses)
-    if "[madvise]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():  # `always`: every mapping is
-        assert not any(_advised(a) for a in _streamed_addresses(ordinary, dtype))
+    # (the ordinary engine's buffers may lie in advised memory too: numpy advises its allocations of 4 MiB and more,
+    # and the heap hands such ranges out again once freed; which of them do is the placement luck the arena removes)
     outs = []
     for decoder in (huge, ordinary):
         cache = decoder.base.new_cache(64)

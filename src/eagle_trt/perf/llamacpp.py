@@ -57,6 +57,7 @@ class LlamaCpp:
         self._process = multiprocessing.get_context("spawn").Process(
             target=_serve, args=(child, str(gguf), threads, n_ctx), daemon=True)
         self._process.start()
+        child.close()  # the child holds its own end now: if it dies, this end reads EOF instead of waiting 600 s
         ready = self._receive()
         self.version, self.system_info = ready["version"], ready["system_info"]
 
@@ -83,8 +84,11 @@ class LlamaCpp:
         try:
             message = self._pipe.recv()
         except EOFError:
+            self._process.join(timeout=10)
             raise EagleTrtError(f"the llama.cpp process died (exit code {self._process.exitcode})",
-                                "run it alone to see its error: python -c 'import llama_cpp'") from None
+                                "run it alone to see its error: python -c 'import llama_cpp'; a script that "
+                                "starts it needs an `if __name__ == \"__main__\":` guard (the child is spawned)"
+                                ) from None
         if "error" in message:
             raise EagleTrtError(f"llama.cpp: {message['error']}", LLAMACPP_HINT)
         return message

@@ -3,12 +3,14 @@ transparent huge pages.
 
 Why: a native-q8 decode step of SmolLM2 streams ~75 MB of weights. In 4 KiB pages that is ~19 thousand pages a step
 (TLB misses, and the hardware prefetchers stop at every page boundary), and where those pages land changes from load
-to load: two identical engines loaded one after the other in one process ran up to 20 % apart. Linux backs an
-anonymous mapping advised MADV_HUGEPAGE with 2 MiB pages wherever transparent huge pages are `always` or `madvise`
-(the usual default). Measured on SmolLM2 Q4_1 native-q8, plain decoding, interleaved with an engine in ordinary
-memory (scripts/weight_pages.py): +5 to +8 % at batch 1, +3 to +5 % at batch 8 (docs/native_cpu.md). Where the advice
-does not exist or is refused (other systems, THP `never`), the arena hands out ordinary memory: the same bytes, the
-same results, only the page size differs.
+to load: two identical engines loaded one after the other in one process ran up to 20 % apart. (numpy advises huge
+pages for its own allocations of 4 MiB and more, and the heap hands such ranges out again once freed, so some of a
+layer's 0.3-1 MB buffers land in them by luck.) Linux backs an anonymous mapping advised MADV_HUGEPAGE with 2 MiB
+pages wherever transparent huge pages are `always` or `madvise` (the usual default). Measured on SmolLM2 Q4_1
+native-q8, plain decoding, against engines in ordinary memory in the same process (scripts/weight_pages.py): one
+thread +14 % at batch 1 and +7 % at batch 8, two threads +7 % and +4 %; int8 +10 % at batch 1 (docs/native_cpu.md).
+Where the advice does not exist or is refused (other systems, THP `never`), the arena hands out ordinary memory: the
+same bytes, the same results, only the page size differs.
 """
 
 from __future__ import annotations
