@@ -343,12 +343,8 @@ def place_in_weight_pages(modules) -> None:
             seen.add(id(lin))
             for name in ("qweight_t", "native"):
                 weight = getattr(lin, name)
-                if weight is not None:
-                    moved = torch.from_numpy(arena.copy(weight.numpy()))  # [same shape] int8, same values
-                    if name == "qweight_t":
-                        lin.qweight_t = moved  # a registered buffer: assignment keeps it one
-                    else:
-                        lin.native = moved
+                if weight is not None:  # qweight_t stays a registered buffer: Module.__setattr__ keeps it one
+                    setattr(lin, name, torch.from_numpy(arena.copy(weight.numpy())))  # [same shape] int8, same values
 
 
 def _int8_draft_in_c(draft, draft_vocab: torch.Tensor | None) -> bool:

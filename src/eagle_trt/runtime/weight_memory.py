@@ -16,7 +16,6 @@ same bytes, the same results, only the page size differs.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 
 import numpy as np
@@ -84,7 +83,6 @@ class WeightArena:
 def release_freed_memory() -> None:
     """Hand the heap's free pages back to the system (glibc's malloc_trim) after weights moved into the arena: the
     copies they left behind would otherwise stay resident. Elsewhere (no glibc): nothing."""
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
+    process = ctypes.CDLL(None)  # the symbols already loaded (libc's among them): no library search at start-up
+    if hasattr(process, "malloc_trim"):
+        process.malloc_trim(0)
