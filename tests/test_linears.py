@@ -90,6 +90,48 @@ def test_int8_linear_on_our_kernel_gives_the_same_numbers_and_fastest_is_chosen(
         assert torch.equal(m(x), ref)  # whichever kernel won: the same bits
 
 
+INT8_KERNEL_CHECK = """
+import torch
+from eagle_trt.kernels.cpu_build import load_cpu_forward
+from eagle_trt.runtime.linears import Int8Linear
+gen = torch.Generator().manual_seed(5)
+for n, k in ((200, 83), (33, 64), (70, 130), (16, 576)):  # N past whole 16-output tiles, K past whole 64-byte chunks
+    lin = Int8Linear(torch.randn(n, k, generator=gen))
+    weight = lin.qweight_t
+    x = torch.randint(-127, 128, (21, k), dtype=torch.int8, generator=gen)  # [21, K]: two 16-row tiles, then 4-row ones
+    x[3], x[4] = 127, -127  # every product at its bound
+    refs = [torch._int_mm(x[:t], weight) for t in (1, 2, 3, 4, 5, 8, 16, 17, 21)]  # before: torch's own kernel
+    assert lin.use_native()
+    for i, t in enumerate((1, 2, 3, 4, 5, 8, 16, 17, 21)):
+        got = lin._int32(x[:t])  # [t, N]
+        want = (x[:t].int() @ weight.int()).float()  # exact int32 sums
+        assert torch.equal(got, want) and torch.equal(got, refs[i].float()), (n, k, t)
+print(load_cpu_forward(False).ef_int8_kernel(), load_cpu_forward(True).ef_int8_kernel())
+"""
+
+
+@pytest.mark.parametrize("amx", ["1", "0"])
+def test_every_int8_kernel_branch_gives_the_exact_sums(amx):
+    """The branch this CPU runs (AMX where Linux grants it; EAGLE_TRT_INT8_AMX=0 keeps an AMX CPU on VNNI) sums
+    exactly, whatever the row count, the last partial tile of outputs or inputs, or the extreme bytes."""
+    import os
+    import subprocess
+    import sys
+
+    from eagle_trt.kernels.cpu_build import cpu_flags
+
+    if cpu_supports_native() is not None:
+        pytest.skip(f"the native kernels cannot run here: {cpu_supports_native()}")
+    env = {**os.environ, "EAGLE_TRT_INT8_AMX": amx}
+    proc = subprocess.run([sys.executable, "-c", INT8_KERNEL_CHECK], env=env, capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    flags = set(cpu_flags())
+    vnni = "avx512f" in flags and "avx512_vnni" in flags
+    expected = 2 if amx == "1" and vnni and "amx_int8" in flags else 1 if vnni else 0
+    assert proc.stdout.split() == [str(expected)] * 2  # both builds (one thread, OpenMP) on one branch
+
+
 def test_packed_fp32_linear_rows_are_independent_and_match_f_linear():
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(80, 48, bias=True)

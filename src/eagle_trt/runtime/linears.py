@@ -50,7 +50,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())  # [N] fp32
         self.in_features, self.out_features = w.shape[1], w.shape[0]
         self.onednn = None  # oneDNN's prepacked weight, set by use_onednn
-        self.native = None  # [N, K] int8 for kernels/cpu_int8.h, set by use_native
+        self.native = None  # the weight in kernels/cpu_int8.h's layout (int8 bytes), set by use_native
 
     @classmethod
     def from_rows(cls, other: Int8Linear, rows: torch.Tensor) -> Int8Linear:
@@ -88,14 +88,19 @@ class Int8Linear(nn.Module):
         return self.onednn is not None
 
     def use_native(self) -> bool:
-        """Run the int32 products through kernels/cpu_int8.h (AVX2; the exact int32 sums, so the same bits as the
-        other kernels) where this CPU runs the native kernels; the `_int_mm` copy of the weight is dropped."""
+        """Run the int32 products through kernels/cpu_int8.h (AMX, AVX-512 VNNI or AVX2; the exact int32 sums, so the
+        same bits as the other kernels) where this CPU runs the native kernels. The weight moves into that kernel's
+        own layout; the `_int_mm` copy is dropped."""
         from eagle_trt.kernels.cpu_build import cpu_supports_native, load_cpu_forward
 
         if self.qweight_t is None or cpu_supports_native() is not None:
             return False
-        load_cpu_forward(True), load_cpu_forward(False)  # both built at load, not mid-request
-        self.native = self.qweight_t.t().contiguous()  # [N, K] int8
+        lib, _ = load_cpu_forward(False), load_cpu_forward(True)  # both built at load, not mid-request
+        weight = self.qweight_t.t().contiguous()  # [N, K] int8
+        self.native = torch.empty(lib.ef_int8_packed_bytes(self.out_features, self.in_features),
+                                  dtype=torch.int8)  # [bytes]: the kernel's layout
+        lib.ef_int8_pack(ctypes.c_void_p(weight.data_ptr()), self.out_features, self.in_features,
+                         ctypes.c_void_p(self.native.data_ptr()))
         self.qweight_t = None
         return True
 
