@@ -11,6 +11,7 @@ from eagle_trt.tuning.calibrate import TuneRequest, TuneResult, predict, tune
 from eagle_trt.tuning.profile import ProfileConfig, format_table, profile_decoder
 from eagle_trt.tuning.tree_tuner import (
     SUFFIX_KEEP_WITHIN,
+    TIE_WITHIN,
     CostModel,
     choose_tree,
     grow_tree,
@@ -87,6 +88,20 @@ def test_choice_keeps_suffix_candidates_unless_they_lose_by_more_than_the_noise(
     faster = {"chain:3": 44.2, "chain:3+suffix:4,8": 45.0, "chain:1+suffix:4,8": 46.0}
     assert choose_tree(faster) == "chain:1+suffix:4,8"  # the fastest, with them already
     assert choose_tree({"chain:3": 44.2, "dynamic:3,2,4": 50.0}) == "dynamic:3,2,4"  # none measured: the fastest
+
+
+def test_a_tie_goes_to_the_tree_that_verifies_fewer_rows():
+    tie = 1.0 - TIE_WITHIN
+    wide = "static:[[0],[1],[0,0],[0,0,0]]+suffix:4,8"
+    measured = {wide: 221.1, "chain:1+suffix:4,8": 221.1 * (tie + 0.005), "chain:1+suffix:2,6": 221.1 * (tie - 0.01),
+                "static:[[0],[1],[0,0],[0,0,0]]": 215.3, "chain:1": 205.9}
+    assert choose_tree(measured) == "chain:1+suffix:4,8"  # within the spread: 1 drafted row, not 4
+    measured["chain:1+suffix:4,8"] = 221.1 * (tie - 0.005)
+    assert choose_tree(measured) == wide  # past it: the measured winner
+    same_rows = {"chain:3+suffix:4,8": 50.0, "chain:3+suffix:2,6": 50.0 * tie, "chain:3": 40.0}
+    assert choose_tree(same_rows) == "chain:3+suffix:2,6"  # as many drafted rows: fewer suffix rows
+    plain_trees = {"dynamic:3,2,4": 50.0, "chain:2": 50.0 * (tie + 0.001), "chain:1": 45.0}
+    assert choose_tree(plain_trees) == "chain:2"  # no suffix candidates measured: the same rule
 
 
 def test_acceptance_counter_walks_the_spine():

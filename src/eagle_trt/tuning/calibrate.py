@@ -2,7 +2,8 @@
 and rank on calibration prompts (held-out ShareGPT first turns; never MT-bench or HumanEval), from which
 tuning/tree_tuner.py ranks the static trees; then its first few, its best chain and a few EAGLE-2 dynamic trees run on
 the same prompts, in turn prompt by prompt (one tree of each batch runs in the next, bridging their minutes), and the
-fastest measured is the choice (tree_tuner.choose_tree: suffix candidates kept within the noise). The result is
+fastest measured is the choice (tree_tuner.choose_tree: suffix candidates kept within the noise, and of trees this
+close the one that verifies fewer drafted rows). The result is
 cached per (base, draft, device, dtype, draft vocabulary, threads) under $EAGLE_TRT_CACHE/tuning/, so only the first
 run pays (~2 min for SmolLM2 on 2 CPU cores, up to 10 for a new draft).
 
@@ -39,7 +40,6 @@ from eagle_trt.tuning.acceptance import (
 )
 from eagle_trt.tuning.profile import ProfileConfig, profile_decoder
 from eagle_trt.tuning.tree_tuner import (
-    SUFFIX_KEEP_WITHIN,
     CostModel,
     TreeChoice,
     choose_tree,
@@ -289,7 +289,8 @@ def tune(req: TuneRequest, echo=lambda msg: None, use_cache: bool = True,
     fastest = max(measured_tps, key=measured_tps.get)
     if chosen.arg != fastest:
         echo(f"--tree auto: {chosen.arg} kept over {fastest} ({measured_tps[chosen.arg] / measured_tps[fastest]:.3f}x "
-             f"of it, within {SUFFIX_KEEP_WITHIN:.0%}): calibration prompts rarely repeat, served text does")
+             f"of it, within the calibration's spread): suffix candidates pay where text repeats (calibration prompts "
+             f"rarely do), and of trees this close the one that verifies fewer drafted rows")
     if measured_tps[chosen.arg] < 1000.0 / plain_ms:
         echo(f"--tree auto: no tree beats plain decoding here (best {measured_tps[chosen.arg]:.1f} tok/s, plain "
              f"{1000.0 / plain_ms:.1f} tok/s): speculation costs on this engine and machine; the backoff (bench "

@@ -28,6 +28,11 @@ from eagle_trt.tree_config import TreeConfig, resolve
 # this machine measured 1.111x in one `make demo` and 0.987x in the next, 0.997-1.018x in 4 repeats in one process
 # (docs/results/2026-11-28-tuner-int8-draft); the demo's second turns ran 1.69x with them, 1.36x without
 SUFFIX_KEEP_WITHIN = 0.03
+# trees measured within this of the best are a tie on the calibration prompts (the same spread as above); a tie goes
+# to the tree that verifies fewer drafted rows. Its cost depends less on acceptance holding up: the calibration
+# prompts are ShareGPT first turns, the draft's own training distribution, where deep nodes accept more than they do
+# on most served text; and a narrow tree leaves the batch room under load (runtime.batching).
+TIE_WITHIN = 0.03
 
 
 def _interpolate(table: dict[int, float], x: float) -> float:
@@ -166,10 +171,14 @@ def ranked_static_trees(accept: list[list[float]], cost: CostModel, max_nodes: i
 
 def choose_tree(measured_tps: dict[str, float]) -> str:
     """The fastest tree measured, or, where that one has no suffix candidates, the fastest with them if it is within
-    SUFFIX_KEEP_WITHIN of it."""
+    SUFFIX_KEEP_WITHIN of it; then, of the trees within TIE_WITHIN of that one (with suffix candidates where it has
+    them), the one that verifies the fewest drafted rows (then the fewest rows in all, then the fastest)."""
     fastest = max(measured_tps, key=measured_tps.get)
     suffixed = [arg for arg in measured_tps if resolve(arg).suffix is not None]
-    if resolve(fastest).suffix is not None or not suffixed:
-        return fastest
-    best = max(suffixed, key=measured_tps.get)
-    return best if measured_tps[best] >= (1.0 - SUFFIX_KEEP_WITHIN) * measured_tps[fastest] else fastest
+    keep_suffix = bool(suffixed) and (resolve(fastest).suffix is not None or max(
+        measured_tps[arg] for arg in suffixed) >= (1.0 - SUFFIX_KEEP_WITHIN) * measured_tps[fastest])
+    pool = suffixed if keep_suffix else list(measured_tps)
+    top = max(measured_tps[arg] for arg in pool)
+    tied = [arg for arg in pool if measured_tps[arg] >= (1.0 - TIE_WITHIN) * top]
+    return min(tied, key=lambda arg: (resolve(arg).drafted.max_draft_tokens, resolve(arg).max_draft_tokens,
+                                      -measured_tps[arg]))
