@@ -112,7 +112,7 @@ print(load_cpu_forward(False).ef_int8_kernel(), load_cpu_forward(True).ef_int8_k
 
 @pytest.mark.parametrize("amx", ["1", "0"])
 def test_every_int8_kernel_branch_gives_the_exact_sums(amx):
-    """The branch this CPU runs (AMX where Linux grants it; EAGLE_TRT_INT8_AMX=0 keeps an AMX CPU on VNNI) sums
+    """The branch this CPU runs (AMX where Linux grants it; EAGLE_TRT_AMX=0 keeps an AMX CPU on VNNI) sums
     exactly, whatever the row count, the last partial tile of outputs or inputs, or the extreme bytes."""
     import os
     import subprocess
@@ -122,7 +122,7 @@ def test_every_int8_kernel_branch_gives_the_exact_sums(amx):
 
     if cpu_supports_native() is not None:
         pytest.skip(f"the native kernels cannot run here: {cpu_supports_native()}")
-    env = {**os.environ, "EAGLE_TRT_INT8_AMX": amx}
+    env = {**os.environ, "EAGLE_TRT_AMX": amx}
     proc = subprocess.run([sys.executable, "-c", INT8_KERNEL_CHECK], env=env, capture_output=True, text=True,
                           check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -23,8 +23,8 @@ from eagle_trt.demo_model import cache_root
 from eagle_trt.errors import EagleTrtError
 
 SOURCE = Path(__file__).with_name("cpu_forward.c")
-HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_simd.h", "cpu_linear_q8.h", "cpu_attention.h", "cpu_draft.h",
-                                                             "cpu_int8.h"))  # included by SOURCE
+HEADERS = tuple(Path(__file__).with_name(h) for h in ("cpu_simd.h", "cpu_amx.h", "cpu_linear_q8.h", "cpu_attention.h",
+                                                             "cpu_draft.h", "cpu_int8.h"))  # included by SOURCE
 CFLAGS = ["-O3", "-march=native", "-fopenmp", "-ffp-contract=off", "-fPIC", "-shared"]
 NATIVE_HINT = "use --dtype int8 (the PyTorch engine's batch-invariant path), which runs on every CPU"
 

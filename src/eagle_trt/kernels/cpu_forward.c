@@ -27,6 +27,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include "cpu_simd.h"
+#include "cpu_amx.h"
 #ifdef _OPENMP
 #include <omp.h>
 #else /* the one-thread build (cpu_build: parallel=False): the pragmas are ignored */

@@ -10,39 +10,16 @@
  *   vpmaddwd to int32 (where torch._int_mm has no fast kernel and oneDNN's u8 x s8 one may saturate: no VNNI, an
  *   AMD Zen 3 ran a SmolLM2 step in ~200 ms).
  * Integer sums are exact in any order, so every branch, _int_mm and oneDNN give the same bits; the choice among them
- * is speed only. EAGLE_TRT_INT8_AMX=0 keeps an AMX CPU on the VNNI branch (read once per process, before the first
- * pack). Included by cpu_forward.c. */
+ * is speed only. EAGLE_TRT_AMX=0 keeps an AMX CPU on the VNNI branch (cpu_amx.h). Included by cpu_forward.c. */
 
 #if SIMD_AVX512 && defined(__AVX512VNNI__)
 #define INT8_VNNI 1
 #else
 #define INT8_VNNI 0
 #endif
-#if INT8_VNNI && defined(__AMX_INT8__) && defined(__AMX_TILE__)
+#if INT8_VNNI && HAVE_AMX
 #define INT8_AMX 1
-#include <sys/syscall.h>
-#include <unistd.h>
-#define ARCH_REQ_XCOMP_PERM 0x1023 /* arch_prctl: ask Linux for an extended state component */
-#define XFEATURE_XTILEDATA 18      /* the AMX tile data */
-#define AMX_BLOCKS 4               /* 16-output blocks a pass: accumulator tiles 0-3, activations 4, weights 5-7 */
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} __attribute__((packed)) amx_tile_config;
-
-/* Tiles 0-4 (sums and activations) hold `rows` rows, tiles 5-7 (weights) 16 rows of 64 bytes. */
-static void amx_configure(int rows) {
-    amx_tile_config c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        c.rows[t] = t < 5 ? (uint8_t)rows : 16;
-        c.colsb[t] = 64;
-    }
-    _tile_loadconfig(&c);
-}
+#define AMX_BLOCKS 4 /* 16-output blocks a pass: accumulator tiles 0-3, activations 4, weights 5-7 */
 
 /* Accumulator tile i's rows (outputs n0 .. n0+15) to out, the last block's valid columns only. */
 #define AMX_STORE(i)                                                                                              \
@@ -75,7 +52,7 @@ static void int8_amx_mm(const int8_t *x, int T, const int8_t *wp, int N, int Kp,
             const int8_t *wg = wp + (size_t)b0 * chunks * 1024;
             for (int t0 = 0; t0 < T; t0 += 16) {
                 const int R = T - t0 < 16 ? T - t0 : 16;
-                if (R != configured) amx_configure(configured = R);
+                if (R != configured) amx_configure(configured = R, 64, 16);
                 _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                 for (int c = 0; c < chunks; c++) {
                     _tile_loadd(4, x + (size_t)t0 * Kp + c * 64, Kp);
@@ -107,18 +84,12 @@ static void int8_amx_pack(const int8_t *w, int N, int K, int8_t *out) {
 #define INT8_AMX 0
 #endif
 
-/* 2 where the products run on AMX (granted once per process), 1 on AVX-512 VNNI, 0 on AVX2. */
+/* 2 where the products run on AMX (cpu_amx.h: granted once per process), 1 on AVX-512 VNNI, 0 on AVX2. */
 int ef_int8_kernel(void) {
-    static int kernel = -1;
-    if (kernel < 0) {
-        int amx = 0;
 #if INT8_AMX
-        const char *env = getenv("EAGLE_TRT_INT8_AMX");
-        amx = !(env && env[0] == '0') && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    if (amx_granted()) return 2;
 #endif
-        kernel = amx ? 2 : INT8_VNNI;
-    }
-    return kernel;
+    return INT8_VNNI;
 }
 
 #if INT8_VNNI
