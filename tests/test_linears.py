@@ -106,6 +106,13 @@ for n, k in ((200, 83), (33, 64), (70, 130), (16, 576)):  # N past whole 16-outp
         got = lin._int32(x[:t])  # [t, N]
         want = (x[:t].int() @ weight.int()).float()  # exact int32 sums
         assert torch.equal(got, want) and torch.equal(got, refs[i].float()), (n, k, t)
+    biased = Int8Linear(torch.randn(n, k, generator=gen), torch.randn(n, generator=gen))
+    xf = torch.randn(21, k, generator=gen) * torch.linspace(0.01, 50, 21)[:, None]  # [21, K]: rows of any scale
+    xf[2] = 0.0  # an all-zero row: its scale is the 1e-12 floor
+    before = [biased(xf[:t]) for t in (1, 4, 17, 21)]  # [t, N]: the torch ops
+    assert biased.use_native()
+    for t, ref in zip((1, 4, 17, 21), before):
+        assert torch.equal(biased(xf[:t]), ref), (n, k, t)  # quantized, summed and scaled in one C call: same bits
 print(load_cpu_forward(False).ef_int8_kernel(), load_cpu_forward(True).ef_int8_kernel())
 """
 

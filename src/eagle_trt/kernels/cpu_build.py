@@ -5,7 +5,8 @@ without OpenMP serves callers on one thread.
 
     load_cpu_forward(parallel=True) -> ctypes.CDLL with ef_forward, ef_scratch_floats, ef_threads, ef_linear,
                                        ef_has_q8, ef_repacked_bytes, ef_repack, ef_head_topk, ef_draft,
-                                       ef_int8_kernel, ef_int8_packed_bytes, ef_int8_pack, ef_int8_mm
+                                       ef_int8_kernel, ef_int8_packed_bytes, ef_int8_pack, ef_int8_mm,
+                                       ef_int8_linear
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def load_cpu_forward(parallel: bool = True) -> ctypes.CDLL:
     lib.ef_repack.restype = ctypes.c_int
     lib.ef_int8_mm.restype = None
     lib.ef_int8_pack.restype = None
+    lib.ef_int8_linear.restype = None
     lib.ef_int8_packed_bytes.restype = ctypes.c_long
     lib.ef_int8_kernel.restype = ctypes.c_int
     return lib

@@ -268,3 +268,31 @@ void ef_int8_mm(const int8_t *xq, int T, const int8_t *packed, int N, int K, int
 #endif
     int8_rows_mm(xq, T, packed, (const int32_t *)(packed + ((size_t)N * K + 63) / 64 * 64), N, K, out);
 }
+
+/* Int8Linear's whole forward, the same float32 operations in the same order as its torch ops (runtime/linears.py),
+ * so the same bits: each row quantized by its own scale s = max(max|x|, 1e-12) / 127 to round-half-even(x / s), the
+ * exact int32 sums, then y = (float(sum) * s) * scale[n] (+ bias[n]). x [T][K], y [T][N] float32; packed as for
+ * ef_int8_mm; bias NULL: none. */
+void ef_int8_linear(const float *x, int T, const int8_t *packed, int N, int K, const float *scale, const float *bias,
+                    float *y) {
+    int8_t *xq = malloc((size_t)T * K);
+    int32_t *sums = malloc((size_t)T * N * sizeof(int32_t));
+    float *row_scale = malloc((size_t)T * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * K;
+        float amax = 0.0f;
+        for (int k = 0; k < K; k++) amax = fmaxf(amax, fabsf(xr[k]));
+        const float s = fmaxf(amax, 1e-12f) / 127.0f;
+        row_scale[t] = s;
+        for (int k = 0; k < K; k++) xq[(size_t)t * K + k] = (int8_t)nearbyintf(xr[k] / s);
+    }
+    ef_int8_mm(xq, T, packed, N, K, sums);
+    for (int t = 0; t < T; t++) {
+        float *yr = y + (size_t)t * N;
+        const int32_t *sr = sums + (size_t)t * N;
+        for (int n = 0; n < N; n++) yr[n] = ((float)sr[n] * row_scale[t]) * scale[n];
+        if (bias)
+            for (int n = 0; n < N; n++) yr[n] += bias[n];
+    }
+    free(xq), free(sums), free(row_scale);
+}

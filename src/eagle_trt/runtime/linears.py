@@ -124,6 +124,16 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [T, K] float -> [T, N] float32
         x = x.float()
+        if self.native is not None:  # the ops below in one C call: the same bits
+            from eagle_trt.kernels.cpu_build import load_cpu_forward
+
+            x = x.contiguous()
+            out = torch.empty(x.shape[0], self.out_features)  # [T, N]
+            load_cpu_forward(torch.get_num_threads() > 1).ef_int8_linear(
+                ctypes.c_void_p(x.data_ptr()), x.shape[0], ctypes.c_void_p(self.native.data_ptr()),
+                self.out_features, self.in_features, ctypes.c_void_p(self.scale.data_ptr()),
+                None if self.bias is None else ctypes.c_void_p(self.bias.data_ptr()), ctypes.c_void_p(out.data_ptr()))
+            return out
         row_scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / INT8_MAX  # [T, 1]
         xq = torch.round(x / row_scale).to(torch.int8)  # [T, K]
         out = self._int32(xq).mul_(row_scale).mul_(self.scale)  # [T, N]
