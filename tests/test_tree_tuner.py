@@ -98,8 +98,8 @@ def test_a_tie_goes_to_the_tree_that_verifies_fewer_rows():
     assert choose_tree(measured) == "chain:1+suffix:4,8"  # within the spread: 1 drafted row, not 4
     measured["chain:1+suffix:4,8"] = 221.1 * (tie - 0.005)
     assert choose_tree(measured) == wide  # past it: the measured winner
-    same_rows = {"chain:3+suffix:4,8": 50.0, "chain:3+suffix:2,6": 50.0 * tie, "chain:3": 40.0}
-    assert choose_tree(same_rows) == "chain:3+suffix:2,6"  # as many drafted rows: fewer suffix rows
+    same_rows = {"chain:3+suffix:4,8": 50.0, "chain:3+suffix:2,6": 50.0 * (tie + 0.01), "chain:3": 40.0}
+    assert choose_tree(same_rows) == "chain:3+suffix:4,8"  # as many drafted rows: the fastest of them
     plain_trees = {"dynamic:3,2,4": 50.0, "chain:2": 50.0 * (tie + 0.001), "chain:1": 45.0}
     assert choose_tree(plain_trees) == "chain:2"  # no suffix candidates measured: the same rule
 

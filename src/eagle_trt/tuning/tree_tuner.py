@@ -172,7 +172,8 @@ def ranked_static_trees(accept: list[list[float]], cost: CostModel, max_nodes: i
 def choose_tree(measured_tps: dict[str, float]) -> str:
     """The fastest tree measured, or, where that one has no suffix candidates, the fastest with them if it is within
     SUFFIX_KEEP_WITHIN of it; then, of the trees within TIE_WITHIN of that one (with suffix candidates where it has
-    them), the one that verifies the fewest drafted rows (then the fewest rows in all, then the fastest)."""
+    them), the one that verifies the fewest drafted rows, the fastest of those. Drafted rows are a cost every step
+    carries; suffix rows come only where the text repeats."""
     fastest = max(measured_tps, key=measured_tps.get)
     suffixed = [arg for arg in measured_tps if resolve(arg).suffix is not None]
     keep_suffix = bool(suffixed) and (resolve(fastest).suffix is not None or max(
@@ -180,5 +181,4 @@ def choose_tree(measured_tps: dict[str, float]) -> str:
     pool = suffixed if keep_suffix else list(measured_tps)
     top = max(measured_tps[arg] for arg in pool)
     tied = [arg for arg in pool if measured_tps[arg] >= (1.0 - TIE_WITHIN) * top]
-    return min(tied, key=lambda arg: (resolve(arg).drafted.max_draft_tokens, resolve(arg).max_draft_tokens,
-                                      -measured_tps[arg]))
+    return min(tied, key=lambda arg: (resolve(arg).drafted.max_draft_tokens, -measured_tps[arg]))
