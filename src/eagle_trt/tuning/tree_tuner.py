@@ -32,7 +32,7 @@ SUFFIX_KEEP_WITHIN = 0.03
 # to the tree that verifies fewer drafted rows. Its cost depends less on acceptance holding up: the calibration
 # prompts are ShareGPT first turns, the draft's own training distribution, where deep nodes accept more than they do
 # on most served text; and a narrow tree leaves the batch room under load (runtime.batching).
-TIE_WITHIN = 0.03
+TIE_WITHIN = SUFFIX_KEEP_WITHIN
 
 
 def _interpolate(table: dict[int, float], x: float) -> float:
