@@ -1,10 +1,12 @@
-"""Huge pages for the weights, measured: plain decoding of the demo GGUF base at --dtype by engines whose weights lie
-in 2 MiB pages (runtime.weight_memory, the default) and by engines in ordinary 4 KiB pages, loaded alternately into
-this one process (ordinary, huge, ordinary, huge: two of each show how much placement alone moves a copy), then run
-in turn on the same bursts of MT-bench prompts (the served request loop, runtime.batching) at each --batch size, the
-order flipped every round. Prints a table, writes JSON; every engine's tokens must be identical.
+"""Huge pages for the weights (or, with --what caches, the KV caches), measured: plain decoding of the demo GGUF base
+at --dtype by engines whose weights (caches) lie in 2 MiB pages (runtime.weight_memory, the default) and by engines
+in ordinary 4 KiB pages, loaded alternately into this one process (ordinary, huge, ordinary, huge: two of each show
+how much placement alone moves a copy), then run in turn on the same bursts of MT-bench prompts (the served request
+loop, runtime.batching) at each --batch size, the order flipped every round. Prints a table, writes JSON; every
+engine's tokens must be identical.
 
     .venv/bin/python scripts/weight_pages.py --dtype native-q8 --threads 1 --batch 1,8 --json-out pages.json
+    .venv/bin/python scripts/weight_pages.py --what caches --dtype native-q8 --batch 1,4,8 --max-tokens 128
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16, help="MT-bench first turns per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--what", choices=("weights", "caches"), default="weights",
+                    help="what lies in huge pages or not: the weights (caches in huge pages in all four) or the KV "
+                         "caches (weights in huge pages in all four)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
     import torch
@@ -53,6 +58,7 @@ def main() -> None:
     from eagle_trt.load_policy import LoadPolicy
     from eagle_trt.runtime import EagleDecoder, weight_memory
     from eagle_trt.runtime.batching import Batcher
+    from eagle_trt.runtime.model import KVCache
     from eagle_trt.spec import NATIVE_PRECISIONS
 
     torch.set_num_threads(args.threads)
@@ -60,9 +66,12 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(base)
     prompts = [encode_prompt(tokenizer, p.text, True) for p in mtbench_prompts()[:args.prompts]]
     advised = weight_memory.huge_pages_advised
+    huge_caches = KVCache.__init__.__defaults__  # (huge_pages,): what a cache made now gets
     engines = {}
     for name in ("ordinary-1", "huge-1", "ordinary-2", "huge-2"):
-        weight_memory.huge_pages_advised = advised if name.startswith("huge") else (lambda: False)
+        if args.what == "weights":
+            weight_memory.huge_pages_advised = advised if name.startswith("huge") else (lambda: False)
+        KVCache.__init__.__defaults__ = (args.what == "weights" or name.startswith("huge"),)
         decoder = EagleDecoder.load(base, None, tree="chain:1", dtype=args.dtype)
         engines[name] = Batcher(decoder, 8, LoadPolicy((None,)), reuse_prefix=False)
     weight_memory.huge_pages_advised = advised
@@ -74,16 +83,19 @@ def main() -> None:
                 group = [prompts[(k + i) % len(prompts)] for i in range(b)]
                 outputs = []
                 for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+                    KVCache.__init__.__defaults__ = (args.what == "weights" or name.startswith("huge"),)
                     dt, out = burst(engines[name], group, args.max_tokens)
                     seconds[name] += dt
                     tokens[name] += sum(len(o) for o in out)
                     outputs.append(out)
                 identical &= all(o == outputs[0] for o in outputs)
+        KVCache.__init__.__defaults__ = huge_caches
         ref = tokens["ordinary-1"] / seconds["ordinary-1"]
         for name in engines:
             rate = tokens[name] / seconds[name]
             rows.append({"batch": b, "engine": name, "tok_per_s": round(rate, 1), "vs_ordinary_1": round(rate / ref, 3)})
-    print(f"| batch | engine | tok/s | vs ordinary-1 |  ({args.dtype}, {args.threads} thread(s), "
+    print(f"| batch | engine | tok/s | vs ordinary-1 |  ({args.what} in huge pages or not, {args.dtype}, "
+          f"{args.threads} thread(s), "
           f"anonymous huge pages {anon_huge_mib():.0f} MiB, identical {identical})")
     print("|---|---|---|---|")
     for row in rows:

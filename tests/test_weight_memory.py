@@ -1,7 +1,8 @@
-"""Weights in 2 MiB pages (runtime/weight_memory.py): the arena's buffers are aligned, apart, advised MADV_HUGEPAGE
-where the system takes the advice (checked in /proc/self/smaps: THPeligible), outlive the arena, and small ones stay
-in ordinary memory; the native-q8 and int8 engines keep the weights their kernels stream in those mappings and
-compute exactly what the same engine computes in ordinary 4 KiB pages."""
+"""Weights and KV caches in 2 MiB pages (runtime/weight_memory.py): the arena's buffers are aligned, apart, advised
+MADV_HUGEPAGE where the system takes the advice (checked in /proc/self/smaps: THPeligible), outlive the arena, and
+small ones stay in ordinary memory; a KV cache's buffers read as zeros, their whole huge pages advised and their tail
+not; the native-q8 and int8 engines keep the weights their kernels stream in those mappings and compute exactly what
+the same engine computes in ordinary 4 KiB pages, with caches in either."""
 
 import gc
 import itertools
@@ -81,6 +82,26 @@ def test_buffers_outlive_the_arena():
     assert int(buffer[12345]) == 12345 and _advised(buffer.ctypes.data) == weight_memory.huge_pages_advised()
 
 
+def test_kv_caches_read_as_zeros_and_only_their_whole_huge_pages_are_advised():
+    from eagle_trt.runtime.model import KVCache
+
+    cache = KVCache(30, 3, 2100, 64, torch.float16, "cpu")  # [30, 3, 2100, 64] float16: 23.1 MiB a buffer
+    nbytes = cache.k.numel() * 2
+    whole = nbytes // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
+    for buf in (cache.k, cache.v):
+        assert buf.shape == (30, 3, 2100, 64) and buf.is_contiguous() and not buf.any()
+        assert buf.data_ptr() % HUGE_PAGE_BYTES == 0
+        buf.view(-1)[-1] = 1.5  # the tail's last slot: written and read back
+        assert float(buf.view(-1)[-1]) == 1.5 and float(buf.sum()) == 1.5
+        assert _advised(buf.data_ptr()) and _advised(buf.data_ptr() + whole - 1)
+        assert not _advised(buf.data_ptr() + whole)  # the tail (< 2 MiB) in ordinary pages: no half-used huge page
+    assert cache.k.data_ptr() != cache.v.data_ptr()
+    small = KVCache(1, 3, 130, 64, torch.float16, "cpu")  # a draft's: 49 KB, ordinary memory
+    assert not small.k.any() and small.k.shape == (1, 3, 130, 64)
+    plain = KVCache(2, 1, 8, 4, torch.float64, "cpu", huge_pages=False)
+    assert not plain.k.any() and plain.k.dtype == torch.float64
+
+
 @pytest.fixture(scope="module")
 def prompt():
     from transformers import AutoTokenizer
@@ -127,10 +148,11 @@ def test_engine_weights_lie_in_huge_pages_and_compute_the_same_bits(dtype, promp
     # (the ordinary engine's buffers may lie in advised memory too: numpy advises its allocations of 4 MiB and more,
     # and the heap hands such ranges out again once freed; which of them do is the placement luck the arena removes)
     outs = []
-    for decoder in (huge, ordinary):
-        cache = decoder.base.new_cache(64)
+    for decoder, cache_len in ((huge, 64), (ordinary, 64), (huge, 4096)):  # 4096 slots: a cache in huge pages
+        cache = decoder.base.new_cache(cache_len)
         with torch.inference_mode():
             outs.append(decoder.base.forward_packed([BaseCall(torch.tensor(prompt), torch.arange(len(prompt)), 0,
                                                               cache=cache)])[0])  # (logits [40, V], hidden [40, H])
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+    assert _advised(cache.k.data_ptr())
+    assert all(torch.equal(outs[0][0], o[0]) and torch.equal(outs[0][1], o[1]) for o in outs[1:])
     assert huge.generate_all(prompt, 12).token_ids == ordinary.generate_all(prompt, 12).token_ids

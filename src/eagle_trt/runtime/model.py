@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle_trt.runtime.rope import Rope, apply_rope
+from eagle_trt.runtime.weight_memory import zeroed_pages
 from eagle_trt.spec import LayerDims, ModelSpec
 from eagle_trt.tree import pack_mask
 
@@ -61,10 +62,17 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Per-layer K/V buffers [num_layers, kv_heads, max_len, head_dim], written at explicit slots."""
 
-    def __init__(self, num_layers: int, kv_heads: int, max_len: int, head_dim: int, dtype, device):
+    def __init__(self, num_layers: int, kv_heads: int, max_len: int, head_dim: int, dtype, device,
+                 huge_pages: bool = True):
+        """On the CPU each buffer lies in a mapping of its own, in 2 MiB pages where it is that large
+        (runtime.weight_memory.zeroed_pages; `huge_pages` False: torch's allocator, for A/B measurements)."""
         shape = (num_layers, kv_heads, max_len, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        if huge_pages and torch.device(device).type == "cpu":
+            nbytes = num_layers * kv_heads * max_len * head_dim * torch.empty((), dtype=dtype).element_size()
+            self.k, self.v = (torch.frombuffer(zeroed_pages(nbytes), dtype=dtype).view(shape) for _ in range(2))
+        else:
+            self.k = torch.zeros(shape, dtype=dtype, device=device)
+            self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.max_len = max_len
         self.held = None  # runtime.prefix.HeldTokens: the tokens whose K/V slots 0.. hold (a finished request's)
 
