@@ -232,8 +232,8 @@ def test_policy_parsing():
     assert resolve_load_policy(resolve("dynamic:3,2,4")).to_arg().startswith("dynamic:3,2,4;")
     assert resolve_load_policy(resolve("chain:3"), "chain:3;none").to_arg() == "chain:3;none"
     native = resolve_load_policy(resolve("chain:2+suffix:2,6"), native=True)  # its own measured tail, no suffix
-    assert native.to_arg() == "chain:2+suffix:2,6;chain:1;chain:1;none"
-    assert native.tree_for(3) is not None and native.tree_for(4) is None and native.tree_for(9) is None
+    assert native.to_arg() == "chain:2+suffix:2,6;chain:2;chain:1;chain:1;none"
+    assert native.tree_for(4) is not None and native.tree_for(5) is None and native.tree_for(9) is None
     assert resolve_load_policy(resolve("chain:2")).tree_for(5) is not None
 
 

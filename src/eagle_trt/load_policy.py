@@ -3,8 +3,9 @@
 A verify forward over B requests carries B x (tree + 1) rows, so the tree that pays at batch 1 stops paying as B
 grows (production servers lower speculation with the batch in the same way). A policy lists trees by batch size,
 `;`-separated: entry i is the tree every request drafts in a round where i+1 requests run (runtime.batching), the last
-entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1 and shrinks it by
-AUTO_TAIL (its suffix candidates kept up to batch AUTO_TAIL_SUFFIX_UP_TO), measured on this project's CPUs (scripts/batch_policy.py; the figures are in docs/load.md).
+entry covers larger batches, `none` is plain decoding. `auto` keeps the runtime tree for batch 1, then the tail
+measured on this project's CPUs (scripts/batch_policy.py; the figures are in docs/load.md): AUTO_TAIL (the tree's suffix
+candidates kept up to batch AUTO_TAIL_SUFFIX_UP_TO), or AUTO_TAIL_NATIVE for the native precisions.
 """
 
 from __future__ import annotations
@@ -26,11 +27,16 @@ AUTO_TAIL = ("chain:2",) * 3 + ("chain:1",) * 5
 # 51.8/54.4/51.6 at 4; chain:1+suffix:4,8 / chain:1 / plain = 47.6/49.1/49.0 at 8 (perf load with suffix candidates
 # at every batch size: 0.98x at 4 streams, 0.92x at 8)
 AUTO_TAIL_SUFFIX_UP_TO = 3
-# the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batches
-# 2-3 chain:1, larger plain. Measured (docs/results/2026-11-27-attn/batch_policy.json, 1 thread, SmolLM2 Q4_1
-# native-q8): aggregate tok/s chain:1 / chain:2 / plain = 240.2/233.1/223.1 at batch 2, 274.4/261.2/271.8 at 3,
-# 258.1/237.0/259.5 at 4, 239.0/221.0/237.6 at 8
-AUTO_TAIL_NATIVE = ("chain:1", "chain:1", PLAIN)
+# the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batch 2
+# chain:2, batches 3-4 chain:1, larger plain. Measured (scripts/batch_policy.py --dtype native-q8, 1 thread, SmolLM2
+# Q4_1, the decoding rounds without the prompts' prefill, Intel Xeon AVX-512 VNNI; three runs, 64 and 96 tokens;
+# docs/results/2026-11-29-kv-pages/batch_policy_native_q8.json the last): aggregate tok/s chain:2 / chain:1 / plain =
+# 322.4/309.9/303.9, 308.0/271.3/255.8, 346.9/298.8/266.4 at batch 2; 353.9/363.3/334.7, 350.3/339.6/282.1,
+# 376.1/379.7/318.3 at 3; 330.1/364.7/343.4, 327.0/344.3/324.2, 345.0/369.9/345.6 at 4; 309.7/334.9/352.2,
+# 301.4/325.0/327.4, 330.3/356.5/369.0 at 5; 368.2/418.7/448.8 at 8 (the last run). With the prefill timed too
+# (docs/results/2026-11-27-attn/batch_policy.json) the trees' differences drowned in it and plain looked as good from
+# batch 4.
+AUTO_TAIL_NATIVE = ("chain:2", "chain:1", "chain:1", PLAIN)
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,8 @@ class LoadPolicy:
 def resolve_load_policy(tree: TreeConfig, value: str = AUTO, native: bool = False) -> LoadPolicy:
     """The policy a bundle records: `value` checked, or (auto) the bundle's tree then AUTO_TAIL (AUTO_TAIL_NATIVE,
     without suffix candidates, for an engine on the native precisions: their rows cost more than they win in a
-    batch there, e.g. chain:1+suffix:4,8 / chain:1 = 217.9/240.2 tok/s at batch 2, 213.2/274.4 at 3)."""
+    batch there, e.g. chain:1+suffix:4,8 / chain:1 = 217.9/240.2 tok/s at batch 2, 213.2/274.4 at 3, measured with
+    the prefill timed)."""
     if value != AUTO:
         return LoadPolicy.parse(value)
     return LoadPolicy.auto(tree, AUTO_TAIL_NATIVE, tail_suffix=False) if native else LoadPolicy.auto(tree, AUTO_TAIL)
