@@ -8,7 +8,11 @@
  * Not used by native-q8 (cpu_linear_q8.h): each 32-weight block has its own scales, so a tile's sums would go back
  * through memory to the vector unit after every block. Tried on 2026-11-29 (SmolLM2 Q4_1, one thread, context 128,
  * `eagle-trt profile` with EAGLE_TRT_AMX=1/0 in turn): a 2-row forward 11.7-11.8 ms against 8.0-8.3 on VNNI, 8 rows
- * 14.9-15.4 against 11.9-12.8; one tile product per block waits on the last. */
+ * 14.9-15.4 against 11.9-12.8; one tile product per block waits on the last. Tried again the same day with every
+ * block's product of a 16-output group first (four tiles in flight, sums to memory), then each row's scales in one
+ * pass (bit-identical): a whole forward 1.30x VNNI's time at 16 rows, 1.17x at 32, 1.02x at 64 (one thread, context
+ * 128, both in one process). A 32-input product is too small for the tile unit: zeroing, two loads and the 1 KiB
+ * store of its sums cost more than VNNI's 8 vpdpbusd per row and block. */
 
 #if SIMD_AVX512 && defined(__AVX512VNNI__) && defined(__AMX_INT8__) && defined(__AMX_TILE__)
 #define HAVE_AMX 1
