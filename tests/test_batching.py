@@ -234,6 +234,11 @@ def test_policy_parsing():
     native = resolve_load_policy(resolve("chain:2+suffix:2,6"), native=True)  # its own measured tail, no suffix
     assert native.to_arg() == "chain:2+suffix:2,6;chain:2;chain:1;chain:1;none"
     assert native.tree_for(4) is not None and native.tree_for(5) is None and native.tree_for(9) is None
+    # no entry drafts more rows than the batch-1 tree (the tuner's chain:1 caps the tail's chain:2 at batch 2)
+    assert resolve_load_policy(resolve("chain:1+suffix:4,8"), native=True).to_arg() == \
+        "chain:1+suffix:4,8;chain:1;chain:1;chain:1;none"
+    assert resolve_load_policy(resolve("chain:1")).to_arg() == ";".join(["chain:1"] * 9)  # AUTO_TAIL's chain:2 too
+    assert resolve_load_policy(resolve("dynamic:3,2,4")).to_arg().startswith("dynamic:3,2,4;chain:2;chain:2;chain:2;")
     assert resolve_load_policy(resolve("chain:2")).tree_for(5) is not None
 
 

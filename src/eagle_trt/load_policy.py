@@ -28,7 +28,8 @@ AUTO_TAIL = ("chain:2",) * 3 + ("chain:1",) * 5
 # at every batch size: 0.98x at 4 streams, 0.92x at 8)
 AUTO_TAIL_SUFFIX_UP_TO = 3
 # the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batch 2
-# chain:2, batches 3-4 chain:1, larger plain. Measured (scripts/batch_policy.py --dtype native-q8, 1 thread, SmolLM2
+# chain:2, batches 3-4 chain:1, larger plain (each entry capped at the bundle's tree: the tuner picks chain:1 with
+# suffix candidates at one thread, so served bundles draft chain:1 at 2-4). Measured (scripts/batch_policy.py --dtype native-q8, 1 thread, SmolLM2
 # Q4_1, the decoding rounds without the prompts' prefill, Intel Xeon AVX-512 VNNI; three runs, 64 and 96 tokens;
 # docs/results/2026-11-29-kv-pages/batch_policy_native_q8.json the last): aggregate tok/s chain:2 / chain:1 / plain =
 # 322.4/309.9/303.9, 308.0/271.3/255.8, 346.9/298.8/266.4 at batch 2; 353.9/363.3/334.7, 350.3/339.6/282.1,
@@ -62,11 +63,18 @@ class LoadPolicy:
 
     @classmethod
     def auto(cls, tree: TreeConfig, tail: tuple[str, ...] = AUTO_TAIL, tail_suffix: bool = True) -> LoadPolicy:
-        """The bundle's tree at batch 1, then `tail`; up to batch AUTO_TAIL_SUFFIX_UP_TO each with the tree's suffix
+        """The bundle's tree at batch 1, then `tail`, each entry drafting no more rows than the bundle's tree (else
+        that tree is the entry: a batch makes every drafted row cost more per token than it did alone, so the tree
+        tuned alone is the widest that can pay); up to batch AUTO_TAIL_SUFFIX_UP_TO each with the tree's suffix
         candidates when `tail_suffix` (they add rows only when the text repeats itself), else without."""
         def entry(batch: int, arg: str) -> TreeConfig | None:
+            if arg == PLAIN:
+                return None
+            drafted = resolve(arg)
+            if drafted.max_draft_tokens > tree.drafted.max_draft_tokens:
+                drafted = tree.drafted
             suffix = tree.suffix if tail_suffix and batch <= AUTO_TAIL_SUFFIX_UP_TO else None
-            return None if arg == PLAIN else replace(resolve(arg), suffix=suffix)
+            return replace(drafted, suffix=suffix)
 
         return cls((tree, *(entry(batch, t) for batch, t in enumerate(tail, start=2))))
 
