@@ -29,8 +29,9 @@ AUTO_TAIL = ("chain:2",) * 3 + ("chain:1",) * 5
 AUTO_TAIL_SUFFIX_UP_TO = 3
 # the native precisions' CPU forward makes a decode step so cheap that extra verify rows stop paying sooner: batch 2
 # chain:2, batches 3-4 chain:1, larger plain (each entry capped at the bundle's tree: the tuner picks chain:1 with
-# suffix candidates at one thread, so served bundles draft chain:1 at 2-4). Measured (scripts/batch_policy.py --dtype native-q8, 1 thread, SmolLM2
-# Q4_1, the decoding rounds without the prompts' prefill, Intel Xeon AVX-512 VNNI; three runs, 64 and 96 tokens;
+# suffix candidates at one thread, so served bundles draft chain:1 at 2-4). Measured (scripts/batch_policy.py
+# --dtype native-q8, 1 thread, SmolLM2 Q4_1, the decoding rounds without the prompts' prefill, Intel Xeon AVX-512
+# VNNI; three runs, 64 and 96 tokens;
 # docs/results/2026-11-29-kv-pages/batch_policy_native_q8.json the last): aggregate tok/s chain:2 / chain:1 / plain =
 # 322.4/309.9/303.9, 308.0/271.3/255.8, 346.9/298.8/266.4 at batch 2; 353.9/363.3/334.7, 350.3/339.6/282.1,
 # 376.1/379.7/318.3 at 3; 330.1/364.7/343.4, 327.0/344.3/324.2, 345.0/369.9/345.6 at 4; 309.7/334.9/352.2,

@@ -1,5 +1,5 @@
-"""Memory in 2 MiB pages: the buffers a CPU step streams through (weights, and the native forward's KV caches),
-placed where Linux can back them with transparent huge pages.
+"""Memory in 2 MiB pages: the buffers a CPU step streams through (weights, and KV caches), placed where Linux can
+back them with transparent huge pages.
 
 Why: a native-q8 decode step of SmolLM2 streams ~75 MB of weights. In 4 KiB pages that is ~19 thousand pages a step
 (TLB misses, and the hardware prefetchers stop at every page boundary), and where those pages land changes from load
@@ -83,9 +83,9 @@ class WeightArena:
 def zeroed_pages(nbytes: int) -> np.ndarray:
     """[nbytes] uint8 zeros in an anonymous mapping of its own (a fresh mapping reads as zeros and pages come in on
     first touch, so slots never written cost no memory), its whole 2 MiB pages advised MADV_HUGEPAGE and the tail in
-    ordinary pages (no huge page half used). Unmapped when the last reference goes. For the native forward's KV
-    caches: a step reads every layer's keys and values of a request in order, and in 4 KiB pages the prefetchers stop
-    at each page boundary (measured in docs/native_cpu.md "KV caches in huge pages")."""
+    ordinary pages (no huge page half used). Unmapped when the last reference goes. For KV caches on the CPU
+    (runtime.model.KVCache): a step reads every layer's keys and values of a request in order, and in 4 KiB pages the
+    prefetchers stop at each page boundary (measured in docs/native_cpu.md, "KV caches in 2 MiB pages")."""
     if not hasattr(mmap, "MADV_HUGEPAGE") or nbytes < HUGE_PAGE_BYTES:
         return np.zeros(nbytes, np.uint8)
     mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
