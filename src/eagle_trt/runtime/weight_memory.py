@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+from functools import cache
 
 import numpy as np
 
@@ -30,8 +31,10 @@ def _round_up(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
+@cache
 def huge_pages_advised() -> bool:
-    """Whether this system takes the MADV_HUGEPAGE advice at all (Linux with THP `always` or `madvise`)."""
+    """Whether this system takes the MADV_HUGEPAGE advice at all (Linux with THP `always` or `madvise`); read once
+    (every KV cache made asks)."""
     if not hasattr(mmap, "MADV_HUGEPAGE"):
         return False
     try:
@@ -68,16 +71,23 @@ class WeightArena:
 
     @staticmethod
     def _map(nbytes: int) -> np.ndarray:
-        """[nbytes] uint8 starting on a 2 MiB boundary of a fresh anonymous mapping advised MADV_HUGEPAGE (before
-        any page is touched, so the first touch faults in a whole huge page)."""
-        mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        """[nbytes] uint8 on a 2 MiB boundary of a fresh mapping, all of it advised (chunks are whole huge pages)."""
+        return _aligned_mapping(nbytes, nbytes)
+
+
+def _aligned_mapping(nbytes: int, advised_bytes: int) -> np.ndarray:
+    """[nbytes] uint8 zeros starting on a 2 MiB boundary of a fresh anonymous mapping, its first `advised_bytes`
+    advised MADV_HUGEPAGE before any page is touched (so the first touch faults in a whole huge page). Unmapped when
+    the last reference goes."""
+    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    whole = np.frombuffer(mapping, np.uint8)
+    start = (-whole.ctypes.data) % HUGE_PAGE_BYTES
+    if advised_bytes:
         try:
-            mapping.madvise(mmap.MADV_HUGEPAGE)
+            mapping.madvise(mmap.MADV_HUGEPAGE, start, advised_bytes)
         except OSError:  # refused (e.g. a kernel without THP): ordinary pages, same contents
             pass
-        whole = np.frombuffer(mapping, np.uint8)
-        start = (-whole.ctypes.data) % HUGE_PAGE_BYTES
-        return whole[start:start + nbytes]
+    return whole[start:start + nbytes]
 
 
 def zeroed_pages(nbytes: int) -> np.ndarray:
@@ -88,15 +98,7 @@ def zeroed_pages(nbytes: int) -> np.ndarray:
     prefetchers stop at each page boundary (measured in docs/native_cpu.md, "KV caches in 2 MiB pages")."""
     if not hasattr(mmap, "MADV_HUGEPAGE") or nbytes < HUGE_PAGE_BYTES:
         return np.zeros(nbytes, np.uint8)
-    mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    whole = np.frombuffer(mapping, np.uint8)
-    start = (-whole.ctypes.data) % HUGE_PAGE_BYTES
-    if huge_pages_advised():
-        try:
-            mapping.madvise(mmap.MADV_HUGEPAGE, start, nbytes // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES)
-        except OSError:  # refused: ordinary pages, same contents
-            pass
-    return whole[start:start + nbytes]
+    return _aligned_mapping(nbytes, nbytes // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES if huge_pages_advised() else 0)
 
 
 def release_freed_memory() -> None:
