@@ -8,7 +8,8 @@ and the ratios to the base, each round's beside them; writes them as JSON.
 
 Settings: `base` plain decoding; `eagle` the served native engine (the tree, the native load policy, backoff per
 request and per batch); `eagle_static` the same with the batch's backoff off (the load policy's trees alone);
-`eagle_always` without any backoff (every request drafts whenever its policy entry has a tree).
+`eagle_always` without any backoff (every request drafts whenever its policy entry has a tree); `eagle_batch` the
+batch's backoff alone (a request running alone keeps its tree).
 One thread by default: what each of the bundle's two engines gets on this 2-core machine.
 """
 
@@ -40,6 +41,7 @@ def main() -> None:
     from eagle_trt.demo_model import materialize_demo_gguf_base, shipped_draft_dir
     from eagle_trt.load_policy import LoadPolicy, resolve_load_policy
     from eagle_trt.runtime import EagleDecoder
+    from eagle_trt.runtime.backoff import Backoff
     from eagle_trt.runtime.batching import Batcher
     from eagle_trt.tree_config import resolve
 
@@ -51,8 +53,10 @@ def main() -> None:
     batchers = {"base": Batcher(decoder, 8, LoadPolicy.parse("none")),
                 "eagle": Batcher(decoder.with_backoff(), 8, policy),
                 "eagle_static": Batcher(decoder.with_backoff(), 8, policy),
-                "eagle_always": Batcher(decoder, 8, policy)}
+                "eagle_always": Batcher(decoder, 8, policy),
+                "eagle_batch": Batcher(decoder, 8, policy)}
     batchers["eagle_static"].backoff = None  # requests still back off one by one; the batch does not
+    batchers["eagle_batch"].backoff = Backoff()  # the batch backs off; a request alone does not
     levels = [int(x) for x in args.levels.split(",")]
     print(f"{args.dtype}, {args.threads} thread(s), policy {policy.to_arg()}", flush=True)
 

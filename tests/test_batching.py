@@ -154,17 +154,21 @@ def test_a_request_started_in_a_plain_batch_drafts_once_the_batch_shrinks(int8_d
     assert tokens[1] == _plain_alone(int8_decoder, PROMPTS[1], 40)
 
 
-def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder):
+@pytest.mark.parametrize("owner", ["decoder", "batcher"])
+def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder, owner):
     """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
     5 ms) and speculates only while that commits more tokens per second per request. The tiny random draft accepts
     little: at 20 ms the batch runs plain rounds after its first measurements, at 5 ms it keeps speculating. Outputs
-    equal plain decoding alone either way."""
+    equal plain decoding alone either way. The backoff is the decoder's (which also backs off a request alone) or
+    the Batcher's `batch_backoff` (what a served engine gets by default): then a request alone keeps drafting."""
     from eagle_trt.runtime.backoff import Backoff
 
     plain_rounds = {}
+    backoff = Backoff(first_probe=3, probe_steps=2, interval=8, max_interval=32)
     for spec_s in (0.02, 0.005):
-        decoder = int8_decoder.with_backoff(Backoff(first_probe=3, probe_steps=2, interval=8, max_interval=32))
-        batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:3"))
+        decoder = int8_decoder.with_backoff(backoff) if owner == "decoder" else int8_decoder
+        batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:3"),
+                          batch_backoff=backoff if owner == "batcher" else None)
         view = batcher.views[resolve("chain:3")]
         now = [0.0]
 
@@ -184,6 +188,12 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
             assert tokens[i] == _plain_alone(int8_decoder, PROMPTS[i], 40)
         plain_rounds[spec_s] = (modes.count(True), len(modes))
         assert 2 in batcher.batch_backoff and batcher.batch_backoff[2].times.seconds[True] == pytest.approx(spec_s)
+        alone = batcher.start(PROMPTS[2], 30, key=2)  # under the same clock, alone
+        while batcher.active:
+            batcher.round()
+        assert alone.error is None and alone.generation.stats.steps > 0
+        if owner == "batcher":
+            assert alone.generation.stats.num_plain_steps == 0, "a request alone backed off without per-request backoff"
     slow, fast = plain_rounds[0.02], plain_rounds[0.005]
     assert slow[0] > slow[1] // 2, plain_rounds  # mostly plain where speculating loses
     assert fast[0] <= 2, plain_rounds  # the two rounds that timed plain decoding once

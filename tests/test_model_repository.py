@@ -140,13 +140,14 @@ def test_shared_values_come_from_the_spec(tmp_path):
     spec_file = "/bundle/eagle_trt_spec.json"
     assert params["preprocessing"] == params["postprocessing"] == {"bundle_spec": spec_file}
     eagle, base = params["eagle_engine"], params["base_engine"]
-    assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "backoff", "threads",
-                                        "engines_sharing", "prefix_reuse"}
+    assert set(eagle) == set(base) == {"bundle_spec", "speculative", "load_policy", "backoff", "batch_backoff",
+                                        "threads", "engines_sharing", "prefix_reuse"}
     assert eagle["prefix_reuse"] == base["prefix_reuse"] == "true"  # both or neither: the comparison stays even
     assert eagle["bundle_spec"] == base["bundle_spec"] == spec_file
     assert (eagle["speculative"], base["speculative"]) == ("true", "false")
-    assert {k: v for k, v in eagle.items() if k not in ("speculative", "load_policy")} == \
-        {k: v for k, v in base.items() if k not in ("speculative", "load_policy")}
+    assert (eagle["batch_backoff"], base["batch_backoff"]) == ("true", "false")  # auto: batches back off
+    differ = ("speculative", "load_policy", "batch_backoff")
+    assert {k: v for k, v in eagle.items() if k not in differ} == {k: v for k, v in base.items() if k not in differ}
     assert (repo / "eagle_engine" / "1" / "model.py").read_text() == (repo / "base_engine" / "1" / "model.py").read_text()
 
 
@@ -381,9 +382,10 @@ def test_auto_load_policy_keeps_the_trees_suffix_candidates_at_small_batches():
     assert all(t.suffix is None for t in LoadPolicy.auto(resolve("chain:3")).trees)
 
 
-@pytest.mark.parametrize("dtype, backoff, on", [("float32", "auto", False), ("native-q8", "auto", False),
-                                                ("int8", "on", True), ("native-q8", "on", True), ("native", "off", False)])
-def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, dtype, backoff, on):
+@pytest.mark.parametrize("dtype, backoff, on, batch_on", [
+    ("float32", "auto", False, True), ("native-q8", "auto", False, True), ("int8", "on", True, True),
+    ("native-q8", "on", True, True), ("native", "off", False, False)])
+def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, dtype, backoff, on, batch_on):
     import dataclasses
 
     repo = tmp_path / "repo"
@@ -391,7 +393,9 @@ def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, d
     write_model_repository(spec, repo, bundle_dir=Path("/bundle"), options=ServingOptions(backoff=backoff))
     params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
                      .parameters.items()} for name in ("eagle_engine", "base_engine")}
-    assert params["eagle_engine"]["backoff"] == ("true" if on else "false")
-    assert params["base_engine"]["backoff"] == "false"  # plain decoding has nothing to back off from
+    assert params["eagle_engine"]["backoff"] == ("true" if on else "false")  # per request
+    assert params["eagle_engine"]["batch_backoff"] == ("true" if batch_on else "false")  # batches of 2 or more
+    # plain decoding has nothing to back off from
+    assert params["base_engine"]["backoff"] == params["base_engine"]["batch_backoff"] == "false"
     with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, off"):
         ServingOptions(backoff="sometimes").validate()

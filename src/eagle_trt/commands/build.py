@@ -63,9 +63,10 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
                    "runtime tree, then eagle_trt.load_policy.AUTO_TAIL. llmapi: a policy of chain:N entries and none, "
                    "starting with --tree, becomes draft_len_schedule (auto: none written).")
 @click.option("--backoff", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="pytorch engine: each request runs plain steps while they commit more tokens per second than its "
-                   "speculative ones, and re-measures now and then (runtime.backoff; output unchanged). auto: off "
-                   "(served, its timing cost 5-10 % of tok/s on every precision measured; docs/native_cpu.md).")
+              help="pytorch engine: plain steps while they commit more tokens per second than speculative ones, "
+                   "re-measured now and then (runtime.backoff; output unchanged). auto: batches of 2 or more requests "
+                   "(the load policy's tail was measured on calibration prompts; docs/load.md); on: each request "
+                   "alone too (its timing cost 5-10 % of tok/s where the tuned tree pays; docs/native_cpu.md); off.")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0),

@@ -88,9 +88,12 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             "engines_sharing": options.engines_sharing,
             # the tree by how many requests run at once (runtime.batching)
             "load_policy": json.dumps(load_policy.to_list(), separators=(",", ":")),
-            # per request, plain steps where they are faster (runtime.backoff); on only when asked: with the load
-            # policy's tree per round it cost 5-10 % on the native precisions too (docs/native_cpu.md, Backoff)
+            # plain steps where they are faster (runtime.backoff). Per request only when asked: a request alone
+            # runs the tree tuned for it, where timing its steps cost 5-10 % (docs/native_cpu.md, Backoff). Per
+            # batch of 2 or more unless off: the load policy's tail was measured on calibration prompts, and whether
+            # its rows pay on the workload served is measured there (docs/load.md, "The batch backs off")
             "backoff": speculative and options.backoff == "on",
+            "batch_backoff": speculative and options.backoff != "off",
             # a request continuing a finished one prefills only what is new (runtime.prefix); "false" turns it off
             "prefix_reuse": True,
         },

@@ -112,7 +112,7 @@ class ServingOptions:
     engine_instances: int = 1
     engine_threads: int = 0  # torch intra-op threads per pytorch-engine instance; 0 = the cores shared among them
     load_policy: str = "auto"  # pytorch engine: trees by batch size ("t1;t2;...;none"); auto: runtime.batching default
-    backoff: str = "auto"  # pytorch engine: per request, plain steps where faster (runtime.backoff); auto: off
+    backoff: str = "auto"  # pytorch engine: plain steps where faster (runtime.backoff); auto: batches of 2+ only
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
     max_queue_delay_us: int = 0

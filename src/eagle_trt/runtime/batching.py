@@ -15,12 +15,14 @@ tree's rows to every step of a full batch, and one that started in a full batch 
 once it runs alone. In a plain round every request takes a plain step; its draft catches up (one call over the
 skipped positions, the prompt's included) when a round speculates again.
 
-With the decoder's backoff (runtime.backoff) the batch backs off as one too: per batch size of 2 or more, rounds
+With a batch backoff (the Batcher's `batch_backoff`, else the decoder's own, which also backs off each request that
+runs alone; runtime.backoff) the batch backs off as one: per batch size of 2 or more, rounds
 speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
 (a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
 with them counts; rounds where a request prefills are not measured), with the same probing schedule as one
-request's. A policy's tree that pays on the workload it was measured on can lose on
-another (e.g. fewer accepted tokens, or one core per engine): the batch then decodes plainly and probes again.
+request's. A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
+tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 at batch 2 ran 0.81-0.83x of
+plain; docs/load.md): the batch then decodes plainly and probes again.
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
@@ -48,7 +50,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
-from eagle_trt.runtime.backoff import BackoffState, StepTimes
+from eagle_trt.runtime.backoff import Backoff, BackoffState, StepTimes
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.decoder import EagleDecoder
 from eagle_trt.runtime.generation import Generation, StepOutput
@@ -76,7 +78,8 @@ class Slot:
 
 
 class Batcher:
-    def __init__(self, decoder: EagleDecoder, max_batch: int, policy: LoadPolicy, reuse_prefix: bool = True):
+    def __init__(self, decoder: EagleDecoder, max_batch: int, policy: LoadPolicy, reuse_prefix: bool = True,
+                 batch_backoff: Backoff | None = None):
         if max_batch < 1:
             raise EagleTrtError(f"max_batch must be >= 1, got {max_batch}", "pass the largest batch to run")
         self.decoder, self.max_batch, self.policy = decoder, max_batch, policy
@@ -98,7 +101,9 @@ class Batcher:
         if self._fits(own, decoder.max_seq_len):
             self.spare.append(own)
         self.active: list[Slot] = []
-        self.backoff = decoder.backoff  # None: the policy's tree at every batch size, always
+        # batches of 2 or more back off with `batch_backoff`, else with the decoder's own (which backs each request
+        # off when it runs alone); None: the policy's tree at every batch size, always
+        self.backoff = batch_backoff or decoder.backoff
         self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
         self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, clock at its start): last round
         self.clock = time.perf_counter

@@ -104,6 +104,7 @@ class TritonPythonModel:
         from eagle_trt.model_repository.layout import ENSEMBLES
         from eagle_trt.model_repository.python_models.acceptance_metrics import AcceptanceMetrics
         from eagle_trt.runtime import EagleDecoder
+        from eagle_trt.runtime.backoff import Backoff
         from eagle_trt.runtime.batching import Batcher
 
         param = parameters(args)
@@ -122,8 +123,10 @@ class TritonPythonModel:
         ensemble = {engine: name for name, engine in ENSEMBLES.items()}.get(args["model_name"], args["model_name"])
         self.metrics = AcceptanceMetrics(ensemble, spec.tree.label() if speculative else "none", spec.dtype)
         policy = LoadPolicy.from_list(json.loads(param["load_policy"]))  # base_engine's is [null]: plain decoding
+        batch_backoff = Backoff() if param.get("batch_backoff") == "true" else None  # batches of 2+ (runtime.batching)
         self.batcher = Batcher(self.decoder, max(1, int(json.loads(args["model_config"]).get("max_batch_size") or 1)),
-                               policy, reuse_prefix=param.get("prefix_reuse", "true") == "true")
+                               policy, reuse_prefix=param.get("prefix_reuse", "true") == "true",
+                               batch_backoff=batch_backoff)
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
