@@ -6,10 +6,11 @@ and the ratios to the base, each round's beside them; writes them as JSON.
 
     .venv/bin/python scripts/stream_load.py [--levels 1,2,4,8] [--rounds 3] [--threads 1] [--json out.json]
 
-Settings: `base` plain decoding; `eagle` the served native engine (the tree, the native load policy, backoff per
-request and per batch); `eagle_static` the same with the batch's backoff off (the load policy's trees alone);
-`eagle_always` without any backoff (every request drafts whenever its policy entry has a tree); `eagle_batch` the
-batch's backoff alone (a request running alone keeps its tree).
+Settings: `base` plain decoding; `eagle` the native engine with `--backoff on` (the tree, the native load policy,
+backoff per request and per batch); `eagle_static` the same with the batch's backoff off (the load policy's trees
+alone); `eagle_always` without any backoff (every request drafts whenever its policy entry has a tree);
+`eagle_batch` the batch's backoff alone, as served by default (`--backoff auto`: a request running alone keeps its
+tree).
 One thread by default: what each of the bundle's two engines gets on this 2-core machine.
 """
 
@@ -54,9 +55,8 @@ def main() -> None:
                 "eagle": Batcher(decoder.with_backoff(), 8, policy),
                 "eagle_static": Batcher(decoder.with_backoff(), 8, policy),
                 "eagle_always": Batcher(decoder, 8, policy),
-                "eagle_batch": Batcher(decoder, 8, policy)}
+                "eagle_batch": Batcher(decoder, 8, policy, batch_backoff=Backoff())}
     batchers["eagle_static"].backoff = None  # requests still back off one by one; the batch does not
-    batchers["eagle_batch"].backoff = Backoff()  # the batch backs off; a request alone does not
     levels = [int(x) for x in args.levels.split(",")]
     print(f"{args.dtype}, {args.threads} thread(s), policy {policy.to_arg()}", flush=True)
 
