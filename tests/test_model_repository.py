@@ -388,7 +388,10 @@ def test_auto_load_policy_keeps_the_trees_suffix_candidates_at_small_batches():
 def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, dtype, backoff, on, batch_on):
     import dataclasses
 
-    repo = tmp_path / "repo"
+    from eagle_trt.engines import get
+    from eagle_trt.load_policy import LoadPolicy
+
+    repo = tmp_path / "model_repository"
     spec = dataclasses.replace(fixed_spec("pytorch"), dtype=dtype)
     write_model_repository(spec, repo, bundle_dir=Path("/bundle"), options=ServingOptions(backoff=backoff))
     params = {name: {k: v.string_value for k, v in C.parse((repo / name / "config.pbtxt").read_text())
@@ -397,5 +400,10 @@ def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, d
     assert params["eagle_engine"]["batch_backoff"] == ("true" if batch_on else "false")  # batches of 2 or more
     # plain decoding has nothing to back off from
     assert params["base_engine"]["backoff"] == params["base_engine"]["batch_backoff"] == "false"
+    # what `perf load` names in its report (tmp_path is the bundle here)
+    settings = get("pytorch").load_settings(tmp_path)
+    assert settings["backoff"] == ("each request and every batch" if on else
+                                   "batches of 2 or more" if batch_on else "off")
+    assert settings["load_policy"] == LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"])).to_arg()
     with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, off"):
         ServingOptions(backoff="sometimes").validate()

@@ -24,6 +24,12 @@ def test_ratios_and_table():
     table = load_table({"rows": rows, "ratios": ratios}).splitlines()
     assert table[2] == "| 1 | alone | 500 / 1000 | 750 / 1500 | 60.0 | 40.0 | 1.50x | yes |"
     assert table[3].endswith("| 0.50x | NO |")
+    # a pytorch bundle's report names what its ratios ran under, above the table
+    settings = {"load_policy": "chain:1+suffix:4,8;chain:1;none", "backoff": "batches of 2 or more"}
+    table = load_table({"settings": settings, "rows": rows, "ratios": ratios}).splitlines()
+    assert table[0] == ("eagle_engine: trees by batch size chain:1+suffix:4,8;chain:1;none; "
+                        "backoff: batches of 2 or more")
+    assert table[1] == "" and table[4] == "| 1 | alone | 500 / 1000 | 750 / 1500 | 60.0 | 40.0 | 1.50x | yes |"
 
 
 def test_rounds_take_medians_and_show_each_rounds_ratio():

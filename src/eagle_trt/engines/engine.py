@@ -154,6 +154,10 @@ class Engine:
         """Whether eagle_model answers acceptance figures (and takes return_perf_metrics)."""
         return True
 
+    def load_settings(self, bundle: Path) -> dict[str, str]:
+        """What shapes the bundle's speculation by load, as `perf load` names it in its report (none here)."""
+        return {}
+
     # ---- what it writes -----------------------------------------------------------------------------------------
     def served_draft_change(self, draft: DraftSpec | None) -> str | None:
         """Why the engine must be given the draft in another layout than its own (a copy in the bundle), or None."""

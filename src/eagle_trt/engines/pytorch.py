@@ -49,6 +49,16 @@ class PytorchEngine(Engine):
     def uses_gpu(self, spec: BuildSpec) -> bool:
         return spec.device == "cuda"
 
+    def load_settings(self, bundle: Path) -> dict[str, str]:
+        """eagle_engine's trees by batch size and its backoff, as its config.pbtxt records them."""
+        config = bundle / "model_repository" / ENSEMBLES[EAGLE_MODEL] / "config.pbtxt"
+        params = {k: v.string_value for k, v in C.parse(config.read_text()).parameters.items()}
+        if "load_policy" not in params:  # a bundle from before load policies: one tree at every load
+            return {}
+        backoff = ("each request and every batch" if params.get("backoff") == "true" else
+                   "batches of 2 or more" if params.get("batch_backoff") == "true" else "off")
+        return {"load_policy": LoadPolicy.from_list(json.loads(params["load_policy"])).to_arg(), "backoff": backoff}
+
     def repository(self, spec: BuildSpec, bundle_dir: Path, options: ServingOptions):
         configs, files = text_models(spec, bundle_dir, options)
         for ensemble_name, engine_name in ENSEMBLES.items():

@@ -79,7 +79,7 @@ def run_load(req: LoadRequest, echo=print) -> dict:
                            "requests_per_stream": req.requests_per_stream, "rounds": req.rounds, "mixed": req.mixed,
                            "engine": spec.engine,
                            "tree": spec.tree.label(), "dtype": spec.dtype, "device": spec.device,
-                           "run_dir": str(run_dir)},
+                           "run_dir": str(run_dir)} | get(spec.engine).load_settings(req.bundle),
               "rows": rows, "ratios": _ratios(rows)}
     (out_dir / "load.json").write_text(json.dumps(report, indent=2))
     (out_dir / "load.md").write_text(load_table(report) + "\n")
@@ -130,6 +130,10 @@ def load_table(report: dict) -> str:
     round's ratio when there were several)."""
     lines = ["| concurrency | mode | eagle p50 / p99 ms | base p50 / p99 ms | eagle tok/s | base tok/s | "
              "eagle/base tok/s | identical |", "|---|---|---|---|---|---|---|---|"]
+    settings = report.get("settings", {})
+    if "load_policy" in settings:  # the pytorch engine: what the eagle/base ratios ran under
+        lines.insert(0, f"eagle_engine: trees by batch size {settings['load_policy']}; backoff: "
+                        f"{settings['backoff']}\n")
     for r in report["ratios"]:
         per_round = "" if len(r.get("round_ratios", [])) < 2 else \
             " (" + " ".join(f"{x:.2f}" for x in r["round_ratios"]) + ")"
