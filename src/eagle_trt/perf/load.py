@@ -132,8 +132,7 @@ def load_table(report: dict) -> str:
              "eagle/base tok/s | identical |", "|---|---|---|---|---|---|---|---|"]
     settings = report.get("settings", {})
     if "load_policy" in settings:  # the pytorch engine: what the eagle/base ratios ran under
-        lines.insert(0, f"eagle_engine: trees by batch size {settings['load_policy']}; backoff: "
-                        f"{settings['backoff']}\n")
+        lines[:0] = [f"eagle_engine: trees by batch size {settings['load_policy']}; backoff: {settings['backoff']}", ""]
     for r in report["ratios"]:
         per_round = "" if len(r.get("round_ratios", [])) < 2 else \
             " (" + " ".join(f"{x:.2f}" for x in r["round_ratios"]) + ")"
