@@ -14,13 +14,14 @@ import torch
 from eagle_trt.runtime.backoff import Backoff
 
 
-def drive(state, tau: float, spec_s: float, plain_s: float, steps: int) -> list[bool]:
-    """Run `steps` steps: a speculative one commits `tau` tokens in `spec_s`, a plain one 1 token in `plain_s`."""
+def drive(state, tau: float, spec_s: float, plain_s: float, steps: int, plain_tokens: int = 1) -> list[bool]:
+    """Run `steps` steps: a speculative one commits `tau` tokens in `spec_s`, a plain one `plain_tokens` in
+    `plain_s`."""
     modes = []
     for _ in range(steps):
         spec = state.speculate()
         modes.append(spec)
-        state.record(spec, tau if spec else 1, spec_s if spec else plain_s)
+        state.record(spec, tau if spec else plain_tokens, spec_s if spec else plain_s)
     return modes
 
 
@@ -60,6 +61,62 @@ def test_later_requests_start_plain_where_the_decoder_found_plain_faster_and_sti
     state = cfg.start(times)  # a request whose own drafts are accepted: the probe finds it and it speculates
     drive(state, tau=4.0, spec_s=0.02, plain_s=0.01, steps=12)
     assert state.chosen_spec and state.switches == 1
+
+
+def test_a_loss_inside_the_margin_keeps_speculating_and_plain_gives_way_without_one():
+    """Single steps' times and accepted lengths are noisy: speculation chosen, plain must win by `margin` to take
+    over (a tree that pays a little is not given up on noise); plain chosen, speculation wins back at par."""
+    cfg = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32, margin=0.05)
+    close = cfg.start()
+    drive(close, tau=2.94, spec_s=0.03, plain_s=0.01, steps=60)  # 98 vs 100 tok/s: inside the margin
+    assert close.chosen_spec and close.switches == 0
+    clear = cfg.start()
+    drive(clear, tau=2.7, spec_s=0.03, plain_s=0.01, steps=60)  # 90 vs 100 tok/s
+    assert not clear.chosen_spec and clear.switches == 1
+    drive(clear, tau=3.06, spec_s=0.03, plain_s=0.01, steps=600)  # 102 vs 100 tok/s: back at par, probe by probe
+    assert clear.chosen_spec and clear.switches == 2
+
+
+def test_plain_steps_count_the_tokens_they_commit():
+    """A plain step commits more than one token where suffix candidates match (they need no draft): the plain rate
+    is the request's own tokens per plain step over the plain step time."""
+    cfg = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32)
+    one = cfg.start()
+    drive(one, tau=3.0, spec_s=0.02, plain_s=0.01, steps=60)  # 150 vs 100 tok/s
+    assert one.chosen_spec and one.plain_tokens == pytest.approx(1.0)
+    two = cfg.start()
+    drive(two, tau=3.0, spec_s=0.02, plain_s=0.01, steps=60, plain_tokens=2)  # 150 vs 200 tok/s
+    assert not two.chosen_spec and two.plain_tokens == pytest.approx(2.0)
+
+
+class Never:
+    """A test policy: plain steps only."""
+
+    def start(self, times=None):
+        return self
+
+    def speculate(self) -> bool:
+        return False
+
+    def record(self, spec, tokens, seconds):
+        pass
+
+
+def test_a_request_backed_off_to_plain_steps_still_proposes_suffix_candidates():
+    """Suffix candidates come from the request's own text, not from the draft: plain steps the request's backoff
+    chose still carry them (where the text repeats itself, a plain step commits several tokens), and the output is
+    plain decoding's."""
+    from runtime_helpers import tiny_decoder
+
+    eagle = tiny_decoder("chain:2+suffix:2,6")
+    plain = eagle.with_tree("chain:1", speculative=False)
+    ids = [1, 2, 3, 1, 2, 3, 1, 2]
+    result = eagle.with_backoff(Never()).generate_all(ids, 48)
+    assert result.token_ids == plain.generate_all(ids, 48).token_ids
+    stats = result.stats
+    assert stats.num_plain_steps == stats.steps and stats.num_suffix_tokens > 0
+    assert stats.num_draft_tokens == stats.num_suffix_tokens  # nothing drafted: only the text's own candidates
+    assert stats.num_accepted_suffix_tokens > 0 and stats.steps < 48
 
 
 class Alternate:

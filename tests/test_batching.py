@@ -199,6 +199,40 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
     assert fast[0] <= 2, plain_rounds  # the two rounds that timed plain decoding once
 
 
+class CountingPolicy:
+    """A test per-request backoff: always speculates, counts the steps it is asked to judge."""
+
+    alpha = 0.25
+
+    def __init__(self):
+        self.judged: list[list[bool]] = []  # per request, the modes recorded
+
+    def start(self, times=None):
+        judged = []
+        self.judged.append(judged)
+        return type("State", (), {"speculate": lambda _self: True,
+                                  "record": lambda _self, spec, tokens, seconds: judged.append(spec)})()
+
+
+def test_a_requests_own_backoff_judges_only_the_steps_it_runs_alone(int8_decoder):
+    """In a round of 2+ requests the batch decides (its tree, its backoff) and a step's seconds are the batch's: a
+    request's own backoff neither decides nor records there, and takes over once the request runs alone."""
+    from eagle_trt.runtime.backoff import Backoff
+
+    policy = CountingPolicy()
+    batcher = Batcher(int8_decoder.with_backoff(policy), max_batch=2, policy=LoadPolicy.parse("chain:3;chain:2"),
+                      batch_backoff=Backoff())
+    short, long = batcher.start(PROMPTS[0], 12, key=0), batcher.start(PROMPTS[1], 60, key=1)
+    alone_rounds = 0
+    while batcher.active:
+        alone_rounds += len(batcher.active) == 1 and long.generation.stats.steps > 0
+        batcher.round()
+    assert short.error is None and long.error is None
+    judged = sorted(len(j) for j in policy.judged)
+    assert judged[0] == 0, "a request that never ran alone had its own backoff record batch rounds"
+    assert 0 < judged[1] < long.generation.stats.steps and judged[1] >= alone_rounds - 1
+
+
 def test_requests_join_and_leave_between_rounds(int8_decoder):
     batcher = Batcher(int8_decoder, max_batch=2, policy=LoadPolicy.parse("chain:3"))
     first = batcher.start(PROMPTS[0], 20, key="first")

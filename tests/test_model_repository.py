@@ -146,7 +146,8 @@ def test_shared_values_come_from_the_spec(tmp_path):
     assert eagle["bundle_spec"] == base["bundle_spec"] == spec_file
     assert (eagle["speculative"], base["speculative"]) == ("true", "false")
     assert (eagle["batch_backoff"], base["batch_backoff"]) == ("true", "false")  # auto: batches back off
-    differ = ("speculative", "load_policy", "batch_backoff")
+    assert (eagle["backoff"], base["backoff"]) == ("true", "false")  # and each request alone
+    differ = ("speculative", "load_policy", "backoff", "batch_backoff")
     assert {k: v for k, v in eagle.items() if k not in differ} == {k: v for k, v in base.items() if k not in differ}
     assert (repo / "eagle_engine" / "1" / "model.py").read_text() == (repo / "base_engine" / "1" / "model.py").read_text()
 
@@ -383,8 +384,8 @@ def test_auto_load_policy_keeps_the_trees_suffix_candidates_at_small_batches():
 
 
 @pytest.mark.parametrize("dtype, backoff, on, batch_on", [
-    ("float32", "auto", False, True), ("native-q8", "auto", False, True), ("int8", "on", True, True),
-    ("native-q8", "on", True, True), ("native", "off", False, False)])
+    ("float32", "auto", True, True), ("native-q8", "auto", True, True), ("int8", "on", True, True),
+    ("native-q8", "batches", False, True), ("native", "off", False, False)])
 def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, dtype, backoff, on, batch_on):
     import dataclasses
 
@@ -402,8 +403,8 @@ def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, d
     assert params["base_engine"]["backoff"] == params["base_engine"]["batch_backoff"] == "false"
     # what `perf load` names in its report (tmp_path is the bundle here)
     settings = get("pytorch").load_settings(tmp_path)
-    assert settings["backoff"] == ("each request and every batch" if on else
+    assert settings["backoff"] == ("each request alone and every batch" if on else
                                    "batches of 2 or more" if batch_on else "off")
     assert settings["load_policy"] == LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"])).to_arg()
-    with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, off"):
+    with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, batches, off"):
         ServingOptions(backoff="sometimes").validate()

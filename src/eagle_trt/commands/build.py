@@ -10,6 +10,7 @@ import click
 from eagle_trt.build.bundle import ENGINE_CHOICES
 from eagle_trt.engines.llmapi_release import DEFAULT_LLMAPI_VERSION
 from eagle_trt.engines.trtllm_backend import DEFAULT_BACKEND_VERSION
+from eagle_trt.model_repository.configs import BACKOFF_CHOICES
 from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tuning_progress
 
 
@@ -62,11 +63,12 @@ from eagle_trt.commands.options import CheckpointPath, tune_budget_option, tunin
                    "for larger batches; none = plain decoding), e.g. dynamic:3,2,4;chain:2;chain:1;none. auto: the "
                    "runtime tree, then eagle_trt.load_policy.AUTO_TAIL. llmapi: a policy of chain:N entries and none, "
                    "starting with --tree, becomes draft_len_schedule (auto: none written).")
-@click.option("--backoff", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+@click.option("--backoff", type=click.Choice(BACKOFF_CHOICES), default="auto", show_default=True,
               help="pytorch engine: plain steps while they commit more tokens per second than speculative ones, "
-                   "re-measured now and then (runtime.backoff; output unchanged). auto: batches of 2 or more requests "
-                   "(the load policy's tail was measured on calibration prompts; docs/load.md); on: each request "
-                   "alone too (its timing cost 5-10 % of tok/s where the tuned tree pays; docs/native_cpu.md); off.")
+                   "re-measured now and then (runtime.backoff; output unchanged). on: each request while it runs "
+                   "alone, and each batch of 2 or more requests as one (the tree and the load policy's tail were "
+                   "chosen on calibration prompts; docs/load.md, docs/native_cpu.md); batches: batches only; off; "
+                   "auto: on.")
 @click.option("--preprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--postprocessing-instances", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-queue-delay-us", type=click.IntRange(min=0),

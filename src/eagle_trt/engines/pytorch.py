@@ -55,7 +55,7 @@ class PytorchEngine(Engine):
         params = {k: v.string_value for k, v in C.parse(config.read_text()).parameters.items()}
         if "load_policy" not in params:  # a bundle from before load policies: one tree at every load
             return {}
-        backoff = ("each request and every batch" if params.get("backoff") == "true" else
+        backoff = ("each request alone and every batch" if params.get("backoff") == "true" else
                    "batches of 2 or more" if params.get("batch_backoff") == "true" else "off")
         return {"load_policy": LoadPolicy.from_list(json.loads(params["load_policy"])).to_arg(), "backoff": backoff}
 
@@ -98,11 +98,11 @@ def python_engine_config(spec: BuildSpec, bundle_dir: Path, options: ServingOpti
             "engines_sharing": options.engines_sharing,
             # the tree by how many requests run at once (runtime.batching)
             "load_policy": json.dumps(load_policy.to_list(), separators=(",", ":")),
-            # plain steps where they are faster (runtime.backoff). Per request only when asked: a request alone
-            # runs the tree tuned for it, where timing its steps cost 5-10 % (docs/native_cpu.md, Backoff). Per
-            # batch of 2 or more unless off: the load policy's tail was measured on calibration prompts, and whether
-            # its rows pay on the workload served is measured there (docs/load.md, "The batch backs off")
-            "backoff": speculative and options.backoff == "on",
+            # plain steps where they are faster (runtime.backoff): a request alone unless `batches` or `off` (its
+            # tree was tuned on calibration prompts; judged with a margin it kept the tree's gain where the tree
+            # pays, docs/native_cpu.md, Backoff); a batch of 2 or more unless `off` (the load policy's tail was
+            # measured on calibration prompts too; docs/load.md, "The batch backs off")
+            "backoff": speculative and options.backoff in ("auto", "on"),
             "batch_backoff": speculative and options.backoff != "off",
             # a request continuing a finished one prefills only what is new (runtime.prefix); "false" turns it off
             "prefix_reuse": True,

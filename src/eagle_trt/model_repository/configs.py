@@ -105,6 +105,11 @@ POSTPROCESSING_INPUTS = (
 POSTPROCESSING_OUTPUTS = (("OUTPUT", "TYPE_STRING", [-1]), ("OUTPUT_TOKEN_COUNT", "TYPE_INT32", [1]))
 
 
+# --backoff of the pytorch engine (runtime.backoff): on backs off each request while it runs alone, and every batch
+# of 2 or more as one (runtime.batching); batches: the batches only; off: neither; auto: on
+BACKOFF_CHOICES = ("auto", "on", "batches", "off")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServingOptions:
     """Serving knobs: how many instances, how requests queue, KV-cache share. Not part of the BuildSpec."""
@@ -112,7 +117,7 @@ class ServingOptions:
     engine_instances: int = 1
     engine_threads: int = 0  # torch intra-op threads per pytorch-engine instance; 0 = the cores shared among them
     load_policy: str = "auto"  # pytorch engine: trees by batch size ("t1;t2;...;none"); auto: runtime.batching default
-    backoff: str = "auto"  # pytorch engine: plain steps where faster (runtime.backoff); auto: batches of 2+ only
+    backoff: str = "auto"  # pytorch engine: plain steps where faster (runtime.backoff); one of BACKOFF_CHOICES
     preprocessing_instances: int = 1
     postprocessing_instances: int = 1
     max_queue_delay_us: int = 0
@@ -141,8 +146,9 @@ class ServingOptions:
             from eagle_trt.load_policy import LoadPolicy
 
             LoadPolicy.parse(self.load_policy)  # names the bad tree
-        if self.backoff not in ("auto", "on", "off"):
-            raise EagleTrtError(f"backoff {self.backoff!r} is not one of auto, on, off", "pass --backoff auto|on|off")
+        if self.backoff not in BACKOFF_CHOICES:
+            raise EagleTrtError(f"backoff {self.backoff!r} is not one of {', '.join(BACKOFF_CHOICES)}",
+                                f"pass --backoff {'|'.join(BACKOFF_CHOICES)}")
         if self.engine_threads < 0:
             raise EagleTrtError(f"engine-threads must be >= 0, got {self.engine_threads}",
                                 "pass 0 to share the cores among the engine instances, or a thread count")

@@ -1,5 +1,7 @@
 """Speculation that never costs: per request, run whichever of speculative steps (draft + tree verify) and plain
-steps (the root alone, no draft) commits more tokens per second, and measure speculation again now and then.
+steps (the root alone, no draft; the tree's suffix candidates still ride along, runtime.suffix: they come from the
+request's own text) commits more tokens per second, and measure speculation again now and then. It judges a
+request's steps while the request runs alone; in a round of 2+ requests the batch decides (runtime.batching).
 
 Why measured rates and not acceptance alone: whether a tree pays depends on acceptance *and* on what a verify step
 costs against a decode step on this engine and machine (on the native CPU forward a 4-token verify costs 1.35x a
@@ -10,7 +12,8 @@ and the draft catches up on the skipped positions (one draft call over them) whe
 What is measured where: the seconds a speculative step and a plain step take are properties of the engine, the
 tree and the machine, so they are averaged over every request of a decoder (`StepTimes`, shared); the tokens a
 speculative step commits (its accepted length) belong to the request. A request's speculative rate is its own
-accepted length over the shared speculative step time, the plain rate one token over the shared plain step time.
+accepted length over the shared speculative step time, the plain rate its own tokens per plain step (one, more
+where suffix candidates match) over the shared plain step time.
 The decoder also keeps the accepted length over all its requests: a new request starts from it (its prior), so
 on a workload where speculation does not pay, requests start plain instead of each paying `first_probe` losing
 speculative steps to find out.
@@ -19,7 +22,12 @@ Schedule: speculate first, unless the decoder's history says plain wins (then st
 `interval` steps); after `first_probe` steps decide (the first request of a decoder measures plain steps first:
 `probe_steps` of them); while plain wins, run plain steps and re-measure speculation with `probe_steps`
 speculative steps every `interval` steps, the interval doubling (up to `max_interval`) each time a probe confirms
-plain. Averages are exponential (weight `alpha` per step).
+plain. Averages are exponential (weight `alpha` per step). Once speculation is chosen, plain must commit `margin`
+more tokens per second to take over: single steps' times and accepted lengths move by more than a tree that pays a
+little wins, and each wrong switch gives up the tree's gain until the next probe (at alpha 0.25 and no margin a
+request alone ran 56 % of its steps plain on MT-bench where its tree paid 1.12x, and lost 3 % against the tree;
+alpha 0.1 with a 5 % margin and suffix candidates in plain steps: 3-12 % plain steps, 1.14-1.15x against the tree's
+1.11-1.13x in the same runs, docs/native_cpu.md).
 
 TensorRT-LLM's LLM API has a coarser cousin (`acceptance_rate_window_size` / `acceptance_rate_threshold`, 1.3.0rc2x
 on; 1.2's `acceptance_window` / `acceptance_length_threshold` worked per finished request): the mean accepted/drafted
@@ -38,7 +46,8 @@ class Backoff:
     probe_steps: int = 2  # steps of the other mode per probe
     interval: int = 16  # plain steps between speculative probes (after a switch)
     max_interval: int = 128  # the interval doubles up to this while probes confirm plain
-    alpha: float = 0.25  # weight of a new step in the moving averages
+    alpha: float = 0.1  # weight of a new step in the moving averages
+    margin: float = 0.05  # speculation chosen: plain must commit this fraction more tokens per second to take over
 
     def start(self, times: StepTimes | None = None) -> BackoffState:
         return BackoffState(self, times if times is not None else StepTimes(self.alpha))
@@ -48,7 +57,7 @@ class StepTimes:
     """Seconds per speculative and per plain step, and tokens per speculative step, averaged over the requests of
     one decoder."""
 
-    def __init__(self, alpha: float = 0.25):
+    def __init__(self, alpha: float = 0.1):
         self.alpha = alpha
         self.seconds: dict[bool, float | None] = {True: None, False: None}  # True: speculative
         self.accepted: float | None = None  # tokens a speculative step commits, over every request
@@ -78,6 +87,7 @@ class BackoffState:
         self.since_probe = 0
         self.probe_left = 0
         self.accepted: float | None = None  # this request's tokens per speculative step (moving average)
+        self.plain_tokens: float | None = None  # its tokens per plain step (more where suffix candidates match)
         self.switches = 0
         self.plain_steps = 0
 
@@ -88,7 +98,10 @@ class BackoffState:
     def rate(self, spec: bool) -> float | None:
         """Committed tokens per second of a step of this kind for this request (None: not measured yet)."""
         seconds = self.times.seconds[spec]
-        tokens = (self.accepted if self.accepted is not None else self.times.accepted) if spec else 1.0
+        if spec:
+            tokens = self.accepted if self.accepted is not None else self.times.accepted
+        else:
+            tokens = self.plain_tokens if self.plain_tokens is not None else 1.0
         return None if seconds is None or tokens is None or seconds <= 0 else tokens / seconds
 
     def record(self, spec: bool, tokens: int, seconds: float) -> None:
@@ -96,6 +109,8 @@ class BackoffState:
         self.times.record(spec, seconds, tokens)
         if spec:
             self.accepted = _average(self.accepted, tokens, self.cfg.alpha)
+        else:
+            self.plain_tokens = _average(self.plain_tokens, tokens, self.cfg.alpha)
         self.plain_steps += not spec
         if self.probe_left > 0 and spec != self.chosen_spec:
             self.probe_left -= 1
@@ -114,7 +129,8 @@ class BackoffState:
 
     def _decide(self) -> None:
         spec, plain = self.rate(True), self.rate(False)
-        best = spec is not None and (plain is None or spec >= plain)
+        margin = self.cfg.margin if self.chosen_spec else 0.0
+        best = spec is not None and (plain is None or spec * (1 + margin) >= plain)
         if best == self.chosen_spec:
             self.interval = min(2 * self.interval, self.cfg.max_interval)
         else:

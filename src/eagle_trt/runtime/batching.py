@@ -152,7 +152,7 @@ class Batcher:
         speculate = self._speculates(batch)
         tree = self.policy.tree_for(batch)
         for view in self.views.values():
-            view.plain_now = not speculate
+            view.plain_now, view.batched = not speculate, batch >= 2
             view.tree_now = self.views[tree] if tree is not None else None
         for slot in list(self.active):
             if slot not in waiting:

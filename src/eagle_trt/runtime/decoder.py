@@ -51,6 +51,7 @@ class EagleDecoder:
         self.backoff: Backoff | None = None  # per request: plain steps where they are faster (runtime.backoff)
         self.draft_window = DRAFT_WINDOW  # prompt positions the draft reads (0: all of them)
         self.plain_now = False  # set by runtime.batching while the batch is one its load policy decodes plainly
+        self.batched = False  # set by runtime.batching while a round runs 2+ requests: the batch, not each, backs off
         # set by runtime.batching: the view whose tree this round's steps draft with (the load policy's tree at the
         # batch's size), and a root top-k enough for any tree a round may take; None / 0: this decoder's own
         self.tree_now: EagleDecoder | None = None
@@ -239,7 +240,8 @@ class EagleDecoder:
                 return
             t0 = clock.mark()
             step_start = time.perf_counter()
-            speculate = self.draft is not None and not self.plain_now and (policy is None or policy.speculate())
+            own = policy is not None and not self.batched  # this request's backoff decides (it runs alone)
+            speculate = self.draft is not None and not self.plain_now and (not own or policy.speculate())
             shape = self.tree_now or self  # whose tree this step drafts (runtime.batching: the batch's), else own
             if not speculate:
                 tree = root_only(root, self.device)
@@ -258,7 +260,8 @@ class EagleDecoder:
                 update = None
                 tree = yield from shape._tree_steps(root, root_draft, length, skipped, draft_cache)
             drafted = tree.num_draft_tokens
-            suffix = shape.tree.suffix if speculate else None
+            # suffix candidates need no draft: a step the request's own backoff runs plain still proposes them
+            suffix = shape.tree.suffix if speculate or (own and not self.plain_now) else None
             if suffix is not None:
                 if sam is None:  # the text so far: every token fed, then the root
                     sam = SuffixAutomaton()
@@ -290,7 +293,7 @@ class EagleDecoder:
                 sam.extend_all(committed)
             if self.draft is not None:  # read at the next draft call (a plain step only keeps them: cheap)
                 pending.append((committed, hidden[sel], captured[sel] if captured is not None else None, length))
-            if policy is not None:
+            if own:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
             stats.num_plain_steps += self.draft is not None and not speculate
             length += len(path)
