@@ -6,11 +6,11 @@ and the ratios to the base, each round's beside them; writes them as JSON.
 
     .venv/bin/python scripts/stream_load.py [--levels 1,2,4,8] [--rounds 3] [--threads 1] [--json out.json]
 
-Settings: `base` plain decoding; `eagle` the native engine with `--backoff on` (the tree, the native load policy,
-backoff per request and per batch); `eagle_static` the same with the batch's backoff off (the load policy's trees
-alone); `eagle_always` without any backoff (every request drafts whenever its policy entry has a tree);
-`eagle_batch` the batch's backoff alone, as served by default (`--backoff auto`: a request running alone keeps its
-tree).
+Settings: `base` plain decoding; `eagle` the native engine as served by default (`--backoff auto` = `on`: the
+tree, the native load policy, backoff for a request running alone and per batch); `eagle_static` the same with the
+batch's backoff off (each request alone backs off, batches run the load policy's trees); `eagle_always` without any
+backoff (every request drafts whenever its policy entry has a tree); `eagle_batch` the batch's backoff alone
+(`--backoff batches`: a request running alone keeps its tree).
 One thread by default: what each of the bundle's two engines gets on this 2-core machine.
 """
 
