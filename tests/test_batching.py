@@ -158,7 +158,7 @@ def test_a_request_started_in_a_plain_batch_drafts_once_the_batch_shrinks(int8_d
 def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder, owner):
     """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
     5 ms) and speculates only while that commits more tokens per second per request. The tiny random draft accepts
-    little: at 20 ms the batch runs mostly plain rounds, at 5 ms it speculates once its first probe shows that. Outputs
+    little: at 20 ms the batch runs plain rounds after its first measurements, at 5 ms it keeps speculating. Outputs
     equal plain decoding alone either way. The backoff is the decoder's (which also backs off a request alone) or
     the Batcher's `batch_backoff` (what a served engine gets by default): then a request alone keeps drafting."""
     from eagle_trt.runtime.backoff import Backoff
@@ -186,7 +186,7 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
         assert all(s.error is None for s in slots)
         for i in range(2):
             assert tokens[i] == _plain_alone(int8_decoder, PROMPTS[i], 40)
-        plain_rounds[spec_s] = (modes.count(True), len(modes), modes)
+        plain_rounds[spec_s] = (modes.count(True), len(modes))
         assert 2 in batcher.batch_backoff and batcher.batch_backoff[2].times.seconds[True] == pytest.approx(spec_s)
         alone = batcher.start(PROMPTS[2], 30, key=2)  # under the same clock, alone
         while batcher.active:
@@ -196,10 +196,7 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
             assert alone.generation.stats.num_plain_steps == 0, "a request alone backed off without per-request backoff"
     slow, fast = plain_rounds[0.02], plain_rounds[0.005]
     assert slow[0] > slow[1] // 2, plain_rounds  # mostly plain where speculating loses
-    # a batch size starts plain (its tree has to show it pays): `interval` measured rounds (and rounds that prefill,
-    # unmeasured), then a speculative probe wins and it keeps speculating
-    assert all(fast[2][:backoff.interval]), plain_rounds
-    assert fast[0] <= backoff.interval + 3 and not any(fast[2][-20:]), plain_rounds
+    assert fast[0] <= 2, plain_rounds  # the two rounds that timed plain decoding once
 
 
 class CountingPolicy:

@@ -49,10 +49,8 @@ class Backoff:
     alpha: float = 0.1  # weight of a new step in the moving averages
     margin: float = 0.05  # speculation chosen: plain must commit this fraction more tokens per second to take over
 
-    def start(self, times: StepTimes | None = None, plain_first: bool = False) -> BackoffState:
-        """One request's (or one batch size's) state; `plain_first`: start plain and probe speculation after
-        `interval` steps (where speculation has to show that it pays)."""
-        return BackoffState(self, times if times is not None else StepTimes(self.alpha), plain_first)
+    def start(self, times: StepTimes | None = None) -> BackoffState:
+        return BackoffState(self, times if times is not None else StepTimes(self.alpha))
 
 
 class StepTimes:
@@ -82,9 +80,9 @@ def _average(old: float | None, new: float, alpha: float) -> float:
 class BackoffState:
     """One request's choice between speculative and plain steps."""
 
-    def __init__(self, cfg: Backoff, times: StepTimes, plain_first: bool = False):
+    def __init__(self, cfg: Backoff, times: StepTimes):
         self.cfg, self.times = cfg, times
-        self.chosen_spec = not plain_first and not times.plain_wins()
+        self.chosen_spec = not times.plain_wins()
         self.interval = cfg.first_probe if self.chosen_spec else cfg.interval
         self.since_probe = 0
         self.probe_left = 0

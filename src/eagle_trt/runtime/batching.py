@@ -20,12 +20,11 @@ runs alone; runtime.backoff) the batch backs off as one: per batch size of 2 or 
 speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
 (a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
 with them counts; rounds where a request prefills are not measured), with the same probing schedule as one
-request's, except that each batch size starts plain and probes speculation after `interval` rounds. A policy's tree
-that pays on the workload it was measured on can lose on another (e.g. fewer accepted tokens, or one core per
-engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3,
-0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Starting speculative, every batch
-size paid its first rounds' loss, and at 4 streams sizes 2-4 come and go (native-q8 `perf load`: 0.93-0.95x there
-in two runs of three).
+request's. A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
+tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
+batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
+batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
+whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x against 1.17x / 1.16x).
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
@@ -187,8 +186,8 @@ class Batcher:
             return False
         if self.backoff is None or batch < 2:  # one request: its own backoff decides
             return True
-        if batch not in self.batch_backoff:  # plain first: the tail's trees were chosen on calibration prompts
-            self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha), plain_first=True)
+        if batch not in self.batch_backoff:
+            self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
         return self.batch_backoff[batch].speculate()
 
     def _measure(self, tokens: int, now: float) -> None:
