@@ -24,7 +24,7 @@ request's. A policy's tree that pays on the workload it was measured on can lose
 tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
 batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
-whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x against 1.17x / 1.16x).
+whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x; 1.19x / 1.17x once reverted).
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
