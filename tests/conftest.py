@@ -51,13 +51,14 @@ def eagle3_draft(tiny_base, tmp_path_factory):
 @pytest.fixture(scope="session")
 def pytorch_bundle(tiny_base, eagle1_draft, tmp_path_factory):
     """A pytorch bundle of the tiny base + EAGLE-1 draft (chain:3), built by the CLI: the perf harness tests read it
-    and the AIPerf run writes its report into it."""
+    and the AIPerf run writes its report into it. `--backoff batches`: a request alone keeps drafting (the random
+    draft would back off to plain steps, leaving the per-request acceptance figures empty)."""
     from click.testing import CliRunner
 
     from eagle_trt.cli import main
 
     out = tmp_path_factory.mktemp("perf") / "bundle"
     res = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o", str(out),
-                                    "--engine", "pytorch", "--tree", "chain:3"])
+                                    "--engine", "pytorch", "--tree", "chain:3", "--backoff", "batches"])
     assert res.exit_code == 0, res.output
     return out

@@ -20,7 +20,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def openai_stack(tiny_base, eagle1_draft, tmp_path_factory):
     """A pytorch bundle of the tiny base + EAGLE-1 draft on the real tritonserver (eagle_model loaded) with the
-    OpenAI route in front: (server, route). Shared by the server-answer and OpenAI tests (one server start)."""
+    OpenAI route in front: (server, route). Shared by the server-answer and OpenAI tests (one server start).
+    `--backoff batches`: a request alone keeps drafting (the random draft would back off to plain steps), so the
+    metrics tests see drafted tokens in every request."""
     from click.testing import CliRunner
 
     from eagle_trt.cli import main
@@ -30,7 +32,7 @@ def openai_stack(tiny_base, eagle1_draft, tmp_path_factory):
     out = tmp_path_factory.mktemp("openai_stack") / "bundle"
     result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
                                        str(out), "--engine", "pytorch", "--max-seq-len", "512",
-                                       "--max-input-len", "256", "--tree", "chain:3"])
+                                       "--max-input-len", "256", "--tree", "chain:3", "--backoff", "batches"])
     assert result.exit_code == 0, result.output
     with TritonServer(out / "model_repository", models=["eagle_model"],
                       log_file=out.parent / "tritonserver.log") as server:

@@ -35,7 +35,9 @@ MT_BENCH_PROMPTS = [  # first turns of MT-bench questions (writing, reasoning, c
 
 @pytest.fixture(scope="module")
 def bundle(tiny_base, eagle1_draft, tmp_path_factory):
-    """`eagle-trt build --engine pytorch` of the tiny base + EAGLE-1 draft (the real CLI)."""
+    """`eagle-trt build --engine pytorch` of the tiny base + EAGLE-1 draft (the real CLI). `--backoff batches`: the
+    random draft accepts little, so a request's own backoff (the default) would run it plainly, and these tests check
+    what the engine reports about its drafts."""
     from click.testing import CliRunner
 
     from eagle_trt.cli import main
@@ -43,7 +45,8 @@ def bundle(tiny_base, eagle1_draft, tmp_path_factory):
     out = tmp_path_factory.mktemp("served") / "bundle"
     result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
                                        str(out), "--engine", "pytorch", "--max-seq-len", "512",
-                                       "--max-input-len", "256", "--max-batch-size", "8", "--tree", "chain:3"])
+                                       "--max-input-len", "256", "--max-batch-size", "8", "--tree", "chain:3",
+                                       "--backoff", "batches"])
     assert result.exit_code == 0, result.output
     return out
 

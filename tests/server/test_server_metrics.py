@@ -137,7 +137,7 @@ def suffix_server(tiny_base, eagle1_draft, tmp_path_factory):
     out = tmp_path_factory.mktemp("suffix_bundle") / "bundle"
     result = CliRunner().invoke(main, ["build", "--base", str(tiny_base), "--draft", str(eagle1_draft), "-o",
                                        str(out), "--engine", "pytorch", "--max-seq-len", "512",
-                                       "--max-input-len", "256", "--tree", SUFFIX_TREE])
+                                       "--max-input-len", "256", "--tree", SUFFIX_TREE, "--backoff", "batches"])
     assert result.exit_code == 0, result.output
     with TritonServer(out / "model_repository", models=["eagle_model"],
                       log_file=out.parent / "tritonserver.log") as server:
