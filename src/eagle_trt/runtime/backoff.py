@@ -57,7 +57,7 @@ class StepTimes:
     """Seconds per speculative and per plain step, and tokens per speculative step, averaged over the requests of
     one decoder."""
 
-    def __init__(self, alpha: float = 0.1):
+    def __init__(self, alpha: float = Backoff.alpha):
         self.alpha = alpha
         self.seconds: dict[bool, float | None] = {True: None, False: None}  # True: speculative
         self.accepted: float | None = None  # tokens a speculative step commits, over every request
