@@ -32,8 +32,11 @@ def test_keeps_speculating_while_it_pays_and_later_requests_skip_the_plain_probe
     state = cfg.start(times)
     modes = drive(state, tau=3.0, spec_s=0.02, plain_s=0.01, steps=200)  # 150 vs 100 tok/s
     assert modes[:6] == [True] * 6 and modes[6:8] == [False, False]  # the decoder's first plain timing
-    assert modes[8:] == [True] * 192 and state.switches == 0
-    assert drive(cfg.start(times), tau=3.0, spec_s=0.02, plain_s=0.01, steps=100) == [True] * 100  # times known
+    plain_at = [i for i, spec in enumerate(modes) if not spec]
+    assert state.switches == 0 and len(plain_at) <= 2 + 2 * (192 // 64)
+    assert all(b - a > 64 for a, b in zip(plain_at[1::2], plain_at[2::2]))  # plain re-timed only once it is stale
+    later = drive(cfg.start(times), tau=3.0, spec_s=0.02, plain_s=0.01, steps=100)  # the decoder's times are known
+    assert later[:6] == [True] * 6 and later.count(False) <= 2 * (100 // 64 + 1)  # no probe of its own first
 
 
 def test_backs_off_to_plain_and_returns_when_speculation_pays_again():
@@ -87,6 +90,42 @@ def test_plain_steps_count_the_tokens_they_commit():
     two = cfg.start()
     drive(two, tau=3.0, spec_s=0.02, plain_s=0.01, steps=60, plain_tokens=2)  # 150 vs 200 tok/s
     assert not two.chosen_spec and two.plain_tokens == pytest.approx(2.0)
+
+
+def test_speculation_is_not_given_up_on_a_stale_plain_time():
+    """Steps slow down as the context grows, and while speculation wins nothing times plain steps. Plain is timed
+    afresh (its average restarts) once no plain step ran for `max_interval` steps, and before speculation would be
+    given up on a plain time more than `interval` steps old; the decision then uses the fresh time."""
+    for max_interval in (32, 128):  # the stale time re-timed by the periodic probe, then before a switch
+        cfg = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=max_interval)
+        grown = cfg.start()
+        assert drive(grown, tau=3.0, spec_s=0.02, plain_s=0.01, steps=30).count(False) == 2  # 150 vs 100 tok/s
+        later = drive(grown, tau=3.0, spec_s=0.035, plain_s=0.02, steps=70)  # 86 vs 50 tok/s; the old plain: 100
+        assert grown.chosen_spec and grown.switches == 0
+        assert later.count(False) == 2 and grown.times.seconds[False] == pytest.approx(0.02)  # one probe, re-timed
+    lost = cfg.start()
+    drive(lost, tau=3.0, spec_s=0.02, plain_s=0.01, steps=30)
+    after = drive(lost, tau=3.0, spec_s=0.04, plain_s=0.01, steps=100)  # 75 vs 100 tok/s: plain does win now
+    assert not lost.chosen_spec and lost.switches == 1 and after.count(False) > 60
+
+
+def test_step_times_average_as_a_mean_until_alpha_takes_over():
+    from eagle_trt.runtime.backoff import StepTimes
+
+    times = StepTimes(alpha=0.25)
+    for seconds in (1.0, 3.0):
+        times.record(False, seconds, 1)
+    assert times.seconds[False] == pytest.approx(2.0)  # the first two weigh alike
+    for _ in range(3):
+        times.record(False, 2.0, 1)
+    times.record(False, 6.0, 1)  # the 6th step: weight alpha
+    assert times.seconds[False] == pytest.approx(0.25 * 6.0 + 0.75 * 2.0)
+    times.restart(False)
+    times.record(False, 5.0, 1)
+    assert times.seconds[False] == 5.0 and times.age(False) == 0 and times.age(True) is None
+    times.record(True, 1.0, 2)
+    times.record(True, 1.0, 2)
+    assert times.age(False) == 2 and times.age(True) == 0
 
 
 class Never:
@@ -170,6 +209,75 @@ def test_output_equals_plain_and_the_draft_catches_up(native_demo):
         alt_tau.append(sum(spec_steps) / len(spec_steps))
         spec_only_tau.append(always.stats.mean_accepted_length)
     assert sum(alt_tau) / 2 > 0.8 * sum(spec_only_tau) / 2  # a stale draft cache would collapse this
+
+
+class PlainFirst(Alternate):
+    """A test policy: `n` plain steps, then speculation (the draft has not even read the prompt, as for a request
+    that started in a batch whose rounds decode plainly)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.plain = n
+
+    def start(self, times=None):
+        return PlainFirst(self.plain)  # each request counts its own steps
+
+    def speculate(self) -> bool:
+        self.n += 1
+        return self.n > self.plain
+
+
+def test_resuming_reads_the_latest_skipped_positions_only(native_demo):
+    """Speculation resuming after 40 plain steps: the draft reads its sink and the latest RESUME_WINDOW skipped
+    positions, not all ~300 (prompt and steps); the output is plain decoding's and the draft's proposals after the
+    resume are about as good as a draft that read everything."""
+    from eagle_trt.datasets import encode_prompt, mtbench_prompts
+    from eagle_trt.runtime.drafting import DRAFT_SINK, RESUME_WINDOW
+
+    tok, eagle = native_demo
+    plain = eagle.with_tree("chain:1", speculative=False)
+    resumed = eagle.with_backoff(PlainFirst(40))
+    rows = []
+    forward = eagle.draft.forward_packed
+
+    def counted(calls):
+        rows.extend(c.input_ids.numel() for c in calls)
+        return forward(calls)
+
+    eagle.draft.forward_packed = counted
+    try:
+        late_tau, always_tau = [], []
+        for i in (4, 9):
+            ids = encode_prompt(tok, mtbench_prompts()[i].text, True)
+            want = plain.generate_all(ids, 96).token_ids
+            rows.clear()
+            late = resumed.generate_all(ids, 96)
+            assert late.token_ids == want
+            assert rows[0] == DRAFT_SINK + RESUME_WINDOW and max(rows) == rows[0]  # not the prompt's 52-126 + 40
+            always = eagle.generate_all(ids, 96)
+            late_tau.append(sum(late.stats.accepted_lengths[40:]) / len(late.stats.accepted_lengths[40:]))
+            always_tau.append(always.stats.mean_accepted_length)
+    finally:
+        eagle.draft.forward_packed = forward
+    assert sum(late_tau) > 0.8 * sum(always_tau)
+
+
+def test_resume_rows_keep_the_sink_and_the_latest_window():
+    from eagle_trt.runtime.draft import DraftCall
+    from eagle_trt.runtime.drafting import resume_rows
+
+    def call(n, start):
+        return DraftCall(torch.arange(n), torch.arange(n, dtype=torch.float32)[:, None].repeat(1, 3),  # [n], [n, 3]
+                         torch.arange(100, 100 + n), start, top_k=2, last_only=True)
+
+    short, dropped = resume_rows(call(36, 0), window=32)
+    assert dropped == 0 and short.input_ids.numel() == 36
+    kept, dropped = resume_rows(call(50, 0), window=32)  # an empty cache: the first 4 stay as sinks
+    assert dropped == 14 and kept.positions.tolist() == [100, 101, 102, 103] + list(range(118, 150))
+    assert kept.features[:, 0].tolist() == kept.input_ids.tolist() == [0, 1, 2, 3] + list(range(18, 50))
+    assert kept.start == 0 and kept.top_k == 2 and kept.last_only
+    later, dropped = resume_rows(call(50, 260), window=32)  # the cache holds the prompt: no new sinks
+    assert dropped == 18 and later.positions.tolist() == list(range(118, 150)) and later.start == 260
 
 
 class EveryFourth(Alternate):

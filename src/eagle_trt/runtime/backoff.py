@@ -22,7 +22,12 @@ Schedule: speculate first, unless the decoder's history says plain wins (then st
 `interval` steps); after `first_probe` steps decide (the first request of a decoder measures plain steps first:
 `probe_steps` of them); while plain wins, run plain steps and re-measure speculation with `probe_steps`
 speculative steps every `interval` steps, the interval doubling (up to `max_interval`) each time a probe confirms
-plain. Averages are exponential (weight `alpha` per step). Once speculation is chosen, plain must commit `margin`
+plain. Averages are exponential (weight `alpha` per step). A probe of a mode last run `interval` or more steps
+ago times it afresh (its average restarts): an old time was taken at a shorter context, where steps ran faster, or
+in another minute of a machine whose speed drifts. While speculation is chosen, plain is timed again once the
+decoder has run no plain step for `max_interval` steps, and before speculation is given up on a plain time more
+than `interval` steps old (a batch of 2 on the native CPU forward kept speculating at 0.88x of plain rounds on a
+plain time from two rounds long before). Once speculation is chosen, plain must commit `margin`
 more tokens per second to take over: single steps' times and accepted lengths move by more than a tree that pays a
 little wins, and each wrong switch gives up the tree's gain until the next probe (at alpha 0.25 and no margin a
 request alone ran 56 % of its steps plain on MT-bench where its tree paid 1.12x, and lost 3 % against the tree;
@@ -55,17 +60,32 @@ class Backoff:
 
 class StepTimes:
     """Seconds per speculative and per plain step, and tokens per speculative step, averaged over the requests of
-    one decoder."""
+    one decoder. A mode's seconds average as a plain mean over its first 1/alpha steps, then exponentially; `restart`
+    begins them anew (a time taken many steps ago, at a shorter context or in a slower minute, says little now)."""
 
     def __init__(self, alpha: float = Backoff.alpha):
         self.alpha = alpha
         self.seconds: dict[bool, float | None] = {True: None, False: None}  # True: speculative
+        self.timed: dict[bool, int] = {True: 0, False: 0}  # steps in each mode's average since it (re)started
         self.accepted: float | None = None  # tokens a speculative step commits, over every request
+        self.steps = 0  # steps recorded
+        self.last: dict[bool, int | None] = {True: None, False: None}  # `steps` when each mode last ran
 
     def record(self, spec: bool, seconds: float, tokens: int) -> None:
-        self.seconds[spec] = _average(self.seconds[spec], seconds, self.alpha)
+        self.timed[spec] += 1
+        self.seconds[spec] = _average(self.seconds[spec], seconds, max(self.alpha, 1.0 / self.timed[spec]))
+        self.steps += 1
+        self.last[spec] = self.steps
         if spec:
             self.accepted = _average(self.accepted, tokens, self.alpha)
+
+    def age(self, spec: bool) -> int | None:
+        """Steps of the other mode recorded since this mode last ran (None: never)."""
+        return None if self.last[spec] is None else self.steps - self.last[spec]
+
+    def restart(self, spec: bool) -> None:
+        """Forget a mode's step time: the next step of that mode starts its average."""
+        self.seconds[spec], self.timed[spec] = None, 0
 
     def plain_wins(self) -> bool:
         """Whether this decoder's requests so far committed more tokens per second plain."""
@@ -106,6 +126,8 @@ class BackoffState:
 
     def record(self, spec: bool, tokens: int, seconds: float) -> None:
         """A step ran in mode `spec`, committed `tokens` in `seconds`."""
+        if self.probe_left > 0 and spec != self.chosen_spec and (self.times.age(spec) or 0) >= self.cfg.interval:
+            self.times.restart(spec)  # a probe's first step: the mode's old time is stale, the probe times it anew
         self.times.record(spec, seconds, tokens)
         if spec:
             self.accepted = _average(self.accepted, tokens, self.cfg.alpha)
@@ -120,8 +142,9 @@ class BackoffState:
         self.since_probe += 1
         if self.since_probe >= self.interval:
             self.since_probe = 0
-            if self.rate(False) is None:  # no plain step timed on this decoder yet: measure some
-                self.probe_left = self.cfg.probe_steps
+            plain_age = self.times.age(False)
+            if self.chosen_spec and (plain_age is None or plain_age > self.cfg.max_interval):
+                self.probe_left = self.cfg.probe_steps  # no plain step timed lately on this decoder: time some
             elif self.chosen_spec:
                 self._decide()
             else:
@@ -131,6 +154,11 @@ class BackoffState:
         spec, plain = self.rate(True), self.rate(False)
         margin = self.cfg.margin if self.chosen_spec else 0.0
         best = spec is not None and (plain is None or spec * (1 + margin) >= plain)
+        if self.chosen_spec and not best and (self.times.age(False) or 0) > self.cfg.interval:
+            # plain last timed that many steps ago (a shorter context, where steps ran faster; another minute): never
+            # give up speculation on that; time plain now, then decide
+            self.probe_left = self.cfg.probe_steps
+            return
         if best == self.chosen_spec:
             self.interval = min(2 * self.interval, self.cfg.max_interval)
         else:

@@ -12,15 +12,16 @@ Which tree a round drafts with follows the load policy (eagle_trt.load_policy): 
 in that round, down to plain decoding (`none`) through the same decoder. Every running request drafts the round's
 tree, whatever the batch was when it started: a request that started alone would otherwise keep adding its large
 tree's rows to every step of a full batch, and one that started in a full batch would keep a small tree (or none)
-once it runs alone. In a plain round every request takes a plain step; its draft catches up (one call over the
-skipped positions, the prompt's included) when a round speculates again.
+once it runs alone. In a plain round every request takes a plain step; its draft catches up when a round
+speculates again, in one call over the latest of the skipped positions (runtime.drafting.RESUME_WINDOW).
 
 With a batch backoff (the Batcher's `batch_backoff`, else the decoder's own, which also backs off each request that
 runs alone; runtime.backoff) the batch backs off as one: per batch size of 2 or more, rounds
 speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
 (a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
-with them counts; rounds where a request prefills are not measured), with the same probing schedule as one
-request's. A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
+with them counts; rounds where a request prefills are not measured, nor the first round of a mode: speculating
+after plain rounds it runs the drafts' catch-up, plain after speculative ones it reads the base weights the draft
+pushed out of the cache), with the same probing schedule as one request's. A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
 tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
 batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
@@ -108,6 +109,7 @@ class Batcher:
         self.backoff = batch_backoff or decoder.backoff
         self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
         self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, clock at its start): last round
+        self.speculated = True  # whether the last round drafted
         self.clock = time.perf_counter
 
     def start(self, input_ids: Sequence[int], max_new_tokens: int, sampling: SamplingParams = SamplingParams(),
@@ -175,8 +177,13 @@ class Batcher:
                 results = self.decoder.base.forward_packed([c for _, c in calls], self.decoder.capture)
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
-        measured = waiting and not prefilling and batch in self.batch_backoff
+        # the first round of a mode is not timed: speculating after plain rounds it also runs the drafts' catch-up on
+        # the skipped positions (as for a request alone, runtime.decoder), and plain after speculative rounds it
+        # reads base weights the draft's pushed out of the cache; neither is what a round of that mode costs
+        changed = speculate != self.speculated
+        measured = waiting and not prefilling and not changed and batch in self.batch_backoff
         self.measured = (batch, speculate, t0) if measured else None
+        self.speculated = speculate
         return events
 
     def _speculates(self, batch: int) -> bool:

@@ -24,7 +24,8 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
-from eagle_trt.runtime.drafting import DRAFT_WINDOW, StaticPlan, draft_rows, dynamic_tree, root_only, static_tree
+from eagle_trt.runtime.drafting import (DRAFT_WINDOW, StaticPlan, draft_rows, dynamic_tree, resume_rows, root_only,
+                                        static_tree)
 from eagle_trt.runtime.generation import Generation, GenerationResult, GenerationStats, StepOutput
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
@@ -250,6 +251,9 @@ class EagleDecoder:
                 if pending:
                     update = self._draft_update(update, pending, skipped, draft_cache)
                     pending = []
+                if caught_up:  # the latest skipped positions only; later positions sit `dropped` more slots back
+                    update, dropped = resume_rows(update)
+                    skipped += dropped
                 root_draft = yield update  # the root's draft output [1, H] and its top-k
                 if stats.steps == 0:  # the draft's pass over the prompt: prefill
                     t0, t_prefill = clock.mark(), t0

@@ -26,6 +26,11 @@ from eagle_trt.tree import Tree, ancestor_mask, pack_mask
 # costs ~4 % of the base's prefill, more than EAGLE saves on a short answer; text from further back still reaches the
 # tree through the suffix candidates, which index the whole prompt. Lossless either way: the base verifies.
 DRAFT_SINK, DRAFT_WINDOW = 4, 256
+# Speculation resuming after plain steps (runtime.backoff, a batch's load policy or backoff): the draft reads the
+# most recent RESUME_WINDOW of the positions it skipped (and a prompt it never read: its sink and as many of its
+# latest positions), not all of them. A probe that finds plain faster then costs a short draft call, not one over
+# every position since the draft last ran (a batch of 4 after a stretch of plain rounds: ~57 ms, 4 plain rounds).
+RESUME_WINDOW = 32
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,20 @@ def draft_rows(prompt_len: int, window: int, device) -> torch.Tensor:
     sink = min(DRAFT_SINK, window // 2)
     return torch.cat((torch.arange(sink, device=device),
                       torch.arange(prompt_len - (window - sink), prompt_len, device=device)))
+
+
+def resume_rows(call: DraftCall, window: int = RESUME_WINDOW) -> tuple[DraftCall, int]:
+    """The rows of a catch-up call (the positions the draft skipped, in order, at slots call.start..) it reads: all
+    of them up to `window` (plus DRAFT_SINK where the cache is still empty), else the sink (from slot 0 only) and
+    the latest `window`; and how many it drops. The kept rows take consecutive slots from call.start, so positions
+    after them sit `dropped` more slots back (the caller's `skipped`)."""
+    n = call.input_ids.numel()
+    sink = DRAFT_SINK if call.start == 0 else 0
+    if n <= sink + window:
+        return call, 0
+    keep = torch.cat((torch.arange(sink), torch.arange(n - window, n))).to(call.positions.device)  # [sink + window]
+    return DraftCall(call.input_ids[keep], call.features[keep], call.positions[keep], call.start, call.cache,
+                     call.mask, call.top_k, call.last_only), n - sink - window
 
 
 def root_only(root: int, device) -> DraftTree:
