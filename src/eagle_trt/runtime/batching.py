@@ -35,7 +35,8 @@ one (the next turn of its conversation) takes that request's caches and prefills
 batch-invariant engines; copied into a larger pair when the conversation outgrew its own). Other requests take a
 fitting spare that holds nothing, else a new pair while fewer than max_batch + 1 exist (so that the last turns of up
 to that many conversations stay held, within the memory the pool takes at full load anyway), else the spare that
-holds nothing or finished first.
+holds nothing or finished first. The decoder's own caches are the first spare, so Batchers over one decoder must
+not have requests running at the same time (scripts that compare settings run them one after another).
 
     batcher = Batcher(decoder, max_batch=8, policy=LoadPolicy.parse("dynamic:3,2,4;chain:2;none"))
     slot = batcher.start(prompt_ids, 64)
