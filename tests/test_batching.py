@@ -157,8 +157,9 @@ def test_a_request_started_in_a_plain_batch_drafts_once_the_batch_shrinks(int8_d
 @pytest.mark.parametrize("owner", ["decoder", "batcher"])
 def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder, owner):
     """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
-    5 ms, 50 ms more for one after plain rounds) and speculates only while that commits more tokens per second per request. The tiny random draft accepts
-    little: at 20 ms the batch runs plain rounds after its first measurements, at 5 ms it keeps speculating. Outputs
+    5 ms, 50 ms more for one after plain rounds) and speculates only while that commits more tokens per second per
+    request. The tiny random draft accepts little: at 20 ms the batch runs plain rounds after its first
+    measurements, at 5 ms it keeps speculating. Outputs
     equal plain decoding alone either way. The backoff is the decoder's (which also backs off a request alone) or
     the Batcher's `batch_backoff` (what a served engine gets by default): then a request alone keeps drafting."""
     from eagle_trt.runtime.backoff import Backoff
