@@ -18,14 +18,18 @@ class OracleDraft(DraftHead):
 
     format = "eagle1"
 
-    def __init__(self, sequence: list[int], vocab_size: int):
+    def __init__(self, sequence: list[int], vocab_size: int, unknown_log_prob: float = 0.0):
         super().__init__()
         self.seq, self.vocab = sequence, vocab_size
+        self.unknown = unknown_log_prob  # the top log-prob of a row the oracle does not know (another sequence's)
         self.fc = torch.nn.Linear(1, 1)  # DraftHead.setup_cache reads fc.weight's dtype/device
         self.cache = self.rope = None
 
     def setup_cache(self, max_len: int) -> None:
         pass
+
+    def new_cache(self, max_len: int) -> None:  # a batch's request: it keeps no K/V either
+        return None
 
     def base_features(self, hidden, captured):
         return hidden
@@ -34,13 +38,16 @@ class OracleDraft(DraftHead):
         return [torch.stack((c.positions.float(), c.input_ids.float()), dim=-1) for c in calls]  # [T, 2] each
 
     def log_probs(self, out):
-        """[T, V]: 0 for the oracle's token, then -1, -2, ... for the others in id order (their top-k order)."""
+        """[T, V]: 0 for the oracle's token, then -1, -2, ... for the others in id order (their top-k order); a row
+        it does not know proposes a filler at `unknown_log_prob`, the others below it."""
         rows = []
         for pos, tok in out.long().tolist():
-            best = self.seq[pos + 2] if pos + 2 < len(self.seq) and self.seq[pos + 1] == tok else (tok + 1) % self.vocab
+            known = pos + 2 < len(self.seq) and self.seq[pos + 1] == tok
+            best = self.seq[pos + 2] if known else (tok + 1) % self.vocab
+            top = 0.0 if known else self.unknown
             row = torch.empty(self.vocab)
-            row[[t for t in range(self.vocab) if t != best]] = -torch.arange(1, self.vocab, dtype=torch.float32)
-            row[best] = 0.0
+            row[[t for t in range(self.vocab) if t != best]] = top - torch.arange(1, self.vocab, dtype=torch.float32)
+            row[best] = top
             rows.append(row)
         return torch.stack(rows).to(out.device)  # [T, V]
 

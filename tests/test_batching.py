@@ -1,6 +1,7 @@
 """runtime.batching: several requests, one packed base forward per round; outputs equal each request run alone."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -154,8 +155,22 @@ def test_a_request_started_in_a_plain_batch_drafts_once_the_batch_shrinks(int8_d
     assert tokens[1] == _plain_alone(int8_decoder, PROMPTS[1], 40)
 
 
+def _fake_round_clock(monkeypatch, decoder, seconds_of) -> list[float]:
+    """A fake clock for a Batcher: time moves only in the base forward, by `seconds_of(calls)` (a round's seconds,
+    all of them charged to its verify forward). Returns the clock's [now]."""
+    now = [0.0]
+    forward = decoder.base.forward_packed
+
+    def timed(calls, *args, **kwargs):
+        now[0] += seconds_of(calls)
+        return forward(calls, *args, **kwargs)
+
+    monkeypatch.setattr(decoder.base, "forward_packed", timed)
+    return now
+
+
 @pytest.mark.parametrize("owner", ["decoder", "batcher"])
-def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder, owner):
+def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int8_decoder, owner, monkeypatch):
     """With backoff, a batch of 2 times its rounds (a fake clock here: plain rounds 10 ms, speculative ones 20 ms or
     5 ms, 50 ms more for one after plain rounds) and speculates only while that commits more tokens per second per
     request. The tiny random draft accepts little: at 20 ms the batch runs plain rounds after its first
@@ -171,15 +186,15 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
         batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:3;chain:3"),
                           batch_backoff=backoff if owner == "batcher" else None)
         view = batcher.views[resolve("chain:3")]
-        now, last_plain = [0.0], [False]
+        last_plain = [False]
 
-        def clock(view=view, spec_s=spec_s, now=now, last_plain=last_plain):  # the last round's seconds: its mode's,
-            catch_up = 0.05 if last_plain[0] and not view.plain_now else 0.0  # + the drafts' catch-up after plain
-            now[0] += (0.01 if view.plain_now else spec_s) + catch_up
+        def seconds_of(calls, view=view, spec_s=spec_s, last_plain=last_plain):  # its mode's, + the drafts'
+            catch_up = 0.05 if last_plain[0] and not view.plain_now else 0.0  # catch-up after plain rounds
             last_plain[0] = view.plain_now
-            return now[0]
+            return (0.01 if view.plain_now else spec_s) + catch_up
 
-        batcher.clock = clock
+        now = _fake_round_clock(monkeypatch, int8_decoder, seconds_of)
+        batcher.clock = lambda now=now: now[0]
         slots = [batcher.start(p, 40, key=i) for i, p in enumerate(PROMPTS[:2])]
         tokens, modes = {0: [], 1: []}, []
         while batcher.active:
@@ -201,6 +216,81 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
     slow, fast = plain_rounds[0.02], plain_rounds[0.005]
     assert slow[0] > slow[1] // 2, plain_rounds  # mostly plain where speculating loses
     assert fast[0] <= 3, plain_rounds  # one plain probe: two timed rounds after an untimed first
+
+
+def test_a_batch_verifies_the_draft_nodes_its_rows_pay_for(int8_decoder, monkeypatch):
+    """runtime.batch_backoff: a draft that is an oracle for one prompt (its chain:2 nodes at log-prob 0, accepted)
+    and proposes fillers at log-prob -3 for the other; a fake clock charges a base forward 5 ms + 2 ms per draft row.
+    Once plain and speculative rounds are timed, a round verifies the good request's 2 nodes and none of the other's
+    (4 tokens in 9 ms against 4.05 in 13 ms with all, 3 in 7 ms with one, 2 in 5 ms with none), and both outputs
+    equal plain decoding alone."""
+    from eagle_trt.runtime.backoff import Backoff
+    from runtime_helpers import OracleDraft
+
+    good, other = PROMPTS[0], PROMPTS[2]
+    expected = {0: _plain_alone(int8_decoder, good, 120), 1: _plain_alone(int8_decoder, other, 60)}
+    decoder = int8_decoder.with_draft(OracleDraft(good + expected[0], int8_decoder.base.args.vocab_size, -3.0))
+    batcher = Batcher(decoder, max_batch=2, policy=LoadPolicy.parse("chain:2;chain:2"),
+                      batch_backoff=Backoff(first_probe=3, probe_steps=2, interval=8, max_interval=32))
+    batcher.spare.clear()  # the decoder's own caches belong to the module's other Batchers
+    verified = []  # per round of 2: draft rows of each request
+
+    def seconds_of(calls):
+        rows = [call.input_ids.numel() - 1 for call in calls]
+        if len(calls) == 2 and all(call.start > 0 for call in calls):
+            verified.append(rows)
+        return 0.005 + 0.002 * sum(rows)
+
+    now = _fake_round_clock(monkeypatch, int8_decoder, seconds_of)
+    batcher.clock = lambda: now[0]
+    slots = [batcher.start(p, len(expected[i]), key=i) for i, p in enumerate((good, other))]
+    tokens = {0: [], 1: []}
+    while batcher.active:
+        for slot, step in batcher.round():
+            tokens[slot.key] += step.token_ids
+    assert all(s.error is None for s in slots)
+    assert tokens == expected
+    rows = batcher.rows[2]
+    assert rows.verify[0] == pytest.approx(0.005) and rows.verify[4] == pytest.approx(0.013) and rows.rest == 0
+    late = verified[len(verified) // 2:]
+    assert late.count([2, 0]) >= 0.8 * len(late), verified
+    assert slots[0].generation.stats.mean_accepted_length > 2.5
+
+
+def test_prune_keeps_the_most_likely_connected_nodes():
+    """runtime.drafting.prune: a tree root - a (-0.1) - b (-0.5), root - c (-0.3) - d (-1.2): the best 2 are a and
+    c, the best 3 add b (its parent a kept); scores, tokens and parents follow; keep 0 is the bare root."""
+    from eagle_trt.runtime.drafting import DraftTree, prune
+
+    tree = DraftTree.from_parents(torch.tensor([7, 11, 12, 13, 14]), [-1, 0, 1, 0, 3], "cpu",
+                                  torch.tensor([-0.1, -0.5, -0.3, -1.2]))
+    two = prune(tree, 2)
+    assert two.tokens.tolist() == [7, 11, 13] and two.parents == [-1, 0, 0]
+    assert two.scores.tolist() == pytest.approx([-0.1, -0.3])
+    three = prune(tree, 3)
+    assert three.tokens.tolist() == [7, 11, 12, 13] and three.parents == [-1, 0, 1, 0]
+    assert three.mask.tolist()[2] == [True, True, True, False]  # b sees the root, a and itself
+    assert prune(tree, 4) is tree and prune(tree, 9) is tree
+    bare = prune(tree, 0)
+    assert bare.tokens.tolist() == [7] and bare.num_draft_tokens == 0
+
+
+def test_verify_rows_price_each_row_count_and_choose_the_best_rate():
+    from eagle_trt.runtime.batch_backoff import VerifyRows
+
+    rows = VerifyRows(alpha=0.5)
+    log_probs = [0.0, math.log(0.5), math.log(0.1)]
+    assert rows.choose(log_probs, 2) == 3  # nothing timed: the whole trees
+    rows.record(3, 0.010, 0.012)  # a speculative round: 2 ms besides its base forward
+    assert rows.rest == pytest.approx(0.002) and rows.cost(1) is None
+    assert rows.choose(log_probs, 2) == 3  # no row count below 3 is priced yet
+    rows.record(0, 0.004, None)  # a plain round: its forward only
+    assert rows.cost(1) == pytest.approx(0.006) and rows.cost(2) == pytest.approx(0.008)
+    # (2 + 1) / 8 ms = 375, (2 + 1.5) / 10 ms = 350, 2 / 6 ms = 333, (2 + 1.6) / 12 ms = 300 tokens/s
+    assert rows.choose(log_probs, 2) == 1
+    rows.record(2, 0.0045, 0.0065)  # two rows measured nearly free: (2 + 1.5) / 6.5 ms = 538
+    assert rows.choose(log_probs, 2) == 2
+    assert rows.choose([math.log(0.01)] * 3, 2) == 0  # unlikely nodes are not worth a row
 
 
 class CountingPolicy:

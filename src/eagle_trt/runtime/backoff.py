@@ -73,11 +73,11 @@ class StepTimes:
 
     def record(self, spec: bool, seconds: float, tokens: int) -> None:
         self.timed[spec] += 1
-        self.seconds[spec] = _average(self.seconds[spec], seconds, max(self.alpha, 1.0 / self.timed[spec]))
+        self.seconds[spec] = average(self.seconds[spec], seconds, max(self.alpha, 1.0 / self.timed[spec]))
         self.steps += 1
         self.last[spec] = self.steps
         if spec:
-            self.accepted = _average(self.accepted, tokens, self.alpha)
+            self.accepted = average(self.accepted, tokens, self.alpha)
 
     def age(self, spec: bool) -> int | None:
         """Steps of the other mode recorded since this mode last ran (None: never)."""
@@ -93,7 +93,7 @@ class StepTimes:
         return None not in (spec, plain, self.accepted) and self.accepted / spec < 1.0 / plain
 
 
-def _average(old: float | None, new: float, alpha: float) -> float:
+def average(old: float | None, new: float, alpha: float) -> float:
     return new if old is None else alpha * new + (1 - alpha) * old
 
 
@@ -130,9 +130,9 @@ class BackoffState:
             self.times.restart(spec)  # a probe's first step: the mode's old time is stale, the probe times it anew
         self.times.record(spec, seconds, tokens)
         if spec:
-            self.accepted = _average(self.accepted, tokens, self.cfg.alpha)
+            self.accepted = average(self.accepted, tokens, self.cfg.alpha)
         else:
-            self.plain_tokens = _average(self.plain_tokens, tokens, self.cfg.alpha)
+            self.plain_tokens = average(self.plain_tokens, tokens, self.cfg.alpha)
         self.plain_steps += not spec
         if self.probe_left > 0 and spec != self.chosen_spec:
             self.probe_left -= 1

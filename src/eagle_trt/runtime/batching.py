@@ -27,6 +27,11 @@ native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2,
 docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
 whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x; 1.19x / 1.17x once reverted).
+In a speculative round every request drafts its tree, then offers it (a TreeOffer: its nodes' cumulative draft
+log-probs), and the batch verifies the nodes of the highest draft probabilities across its requests, as many as its
+batch size's measured row costs say commit the most tokens per second (runtime.batch_backoff.VerifyRows): a request
+whose draft is unsure takes a plain step in that round, one whose draft is sure gets the rows. Without a backoff
+every request verifies its whole tree.
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
@@ -56,8 +61,10 @@ import torch
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.load_policy import PLAIN, LoadPolicy
 from eagle_trt.runtime.backoff import Backoff, BackoffState, StepTimes
+from eagle_trt.runtime.batch_backoff import VerifyRows
 from eagle_trt.runtime.draft import DraftCall
 from eagle_trt.runtime.decoder import EagleDecoder
+from eagle_trt.runtime.drafting import TreeOffer
 from eagle_trt.runtime.generation import Generation, StepOutput
 from eagle_trt.runtime.prefix import copy_prefix, reusable_prefix
 from eagle_trt.runtime.verify import SamplingParams
@@ -110,7 +117,9 @@ class Batcher:
         # off when it runs alone); None: the policy's tree at every batch size, always
         self.backoff = batch_backoff or decoder.backoff
         self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
-        self.measured: tuple[int, bool, float] | None = None  # (batch, speculated, clock at its start): last round
+        self.rows: dict[int, VerifyRows] = {}  # batch size (>= 2) -> what its verify rows cost (runtime.batch_backoff)
+        # the last round, if timed: (batch, speculated, clock at its start, draft rows verified, base forward seconds)
+        self.measured: tuple[int, bool, float, int, float] | None = None
         self.speculated = True  # whether the last round drafted
         self.clock = time.perf_counter
 
@@ -173,10 +182,19 @@ class Batcher:
                 del waiting[slot]
                 slot.generation.answer(answer)
                 self._advance(slot, events, waiting)
+        offers = [(slot, offer) for slot, offer in waiting.items() if isinstance(offer, TreeOffer)]
+        for (slot, _), keep in zip(offers, self._keep_nodes(batch, [offer for _, offer in offers])):
+            del waiting[slot]
+            slot.generation.answer(keep)
+            self._advance(slot, events, waiting)
+        rows = verify_s = 0
         if waiting:
             calls = list(waiting.items())
+            rows = sum(call.input_ids.numel() for _, call in calls) - len(calls)  # beyond each request's root
+            started = self.clock()
             with torch.inference_mode():
                 results = self.decoder.base.forward_packed([c for _, c in calls], self.decoder.capture)
+            verify_s = self.clock() - started
             for (slot, _), result in zip(calls, results):
                 slot.generation.answer(result)
         # the first round of a mode is not timed: speculating after plain rounds it also runs the drafts' catch-up on
@@ -184,9 +202,25 @@ class Batcher:
         # reads base weights the draft pushed out of the cache; neither is what a round of that mode costs
         changed = speculate != self.speculated
         measured = waiting and not prefilling and not changed and batch in self.batch_backoff
-        self.measured = (batch, speculate, t0) if measured else None
+        self.measured = (batch, speculate, t0, rows, verify_s) if measured else None
         self.speculated = speculate
         return events
+
+    def _keep_nodes(self, batch: int, offers: list[TreeOffer]) -> list[int]:
+        """How many of its tree's nodes each offering request verifies: with a batch backoff the nodes of the highest
+        draft probabilities across the batch, as many as its batch size's VerifyRows chooses; else all of them."""
+        if not offers:
+            return []
+        sizes = [offer.scores.numel() for offer in offers]
+        if self.backoff is None or batch not in self.rows:
+            return sizes
+        scored = sorted(((float(x), i) for i, offer in enumerate(offers) for x in offer.scores.tolist()),
+                        key=lambda pair: -pair[0])
+        chosen = self.rows[batch].choose([x for x, _ in scored], batch)
+        keep = [0] * len(offers)
+        for _, i in scored[:chosen]:
+            keep[i] += 1
+        return keep
 
     def _speculates(self, batch: int) -> bool:
         """Whether this round's requests draft: the policy's tree at this batch size, then (backoff, batch >= 2) the
@@ -197,6 +231,7 @@ class Batcher:
             return True
         if batch not in self.batch_backoff:
             self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
+            self.rows[batch] = VerifyRows(self.backoff.alpha)
         return self.batch_backoff[batch].speculate()
 
     def _measure(self, tokens: int, now: float) -> None:
@@ -204,8 +239,9 @@ class Batcher:
         seconds from that round's start to this one's (what the caller did with its outputs, e.g. sending them,
         counts: a plain round sends more per token), to the backoff of its batch size."""
         if self.measured is not None:
-            batch, speculated, started = self.measured
+            batch, speculated, started, rows, verify_s = self.measured
             self.batch_backoff[batch].record(speculated, tokens / batch, now - started)
+            self.rows[batch].record(rows, verify_s, now - started if speculated else None)
             self.measured = None
 
     def _advance(self, slot: Slot, events: list, waiting: dict, until_output: bool = False) -> None:

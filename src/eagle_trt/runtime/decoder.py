@@ -24,8 +24,8 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
-from eagle_trt.runtime.drafting import (DRAFT_WINDOW, StaticPlan, draft_rows, dynamic_tree, resume_rows, root_only,
-                                        static_tree)
+from eagle_trt.runtime.drafting import (DRAFT_WINDOW, StaticPlan, TreeOffer, draft_rows, dynamic_tree, prune,
+                                        resume_rows, root_only, static_tree)
 from eagle_trt.runtime.generation import Generation, GenerationResult, GenerationStats, StepOutput
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
@@ -263,6 +263,8 @@ class EagleDecoder:
                     step_start = time.perf_counter()  # (the backoff's timing)
                 update = None
                 tree = yield from shape._tree_steps(root, root_draft, length, skipped, draft_cache)
+                if self.batched and tree.scores is not None:  # the batch picks the nodes it verifies (runtime.batching)
+                    tree = prune(tree, (yield TreeOffer(tree.scores)))
             drafted = tree.num_draft_tokens
             # suffix candidates need no draft: a step the request's own backoff runs plain still proposes them
             suffix = shape.tree.suffix if speculate or (own and not self.plain_now) else None

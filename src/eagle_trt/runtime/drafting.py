@@ -61,10 +61,12 @@ class TreeShape:
 
 @dataclass
 class DraftTree:
-    """One step's tree, root first, parents before children: its tokens over a TreeShape."""
+    """One step's tree, root first, parents before children: its tokens over a TreeShape, and each node's
+    cumulative draft log-prob (the draft's estimate that the base accepts the path to it; None where not known)."""
 
     tokens: torch.Tensor  # [N+1] int64, tokens[0] = root
     shape: TreeShape
+    scores: torch.Tensor | None = None  # [N] float32, nodes 1..N
 
     @property
     def num_draft_tokens(self) -> int:
@@ -87,11 +89,47 @@ class DraftTree:
         return self.shape.mask
 
     @classmethod
-    def from_parents(cls, tokens: torch.Tensor, parents: list[int], device) -> DraftTree:
-        return cls(tokens, TreeShape.of(parents, device))
+    def from_parents(cls, tokens: torch.Tensor, parents: list[int], device, scores=None) -> DraftTree:
+        return cls(tokens, TreeShape.of(parents, device), scores)
+
+
+@dataclass
+class TreeOffer:
+    """What a request in a batch yields once it drafted its tree (runtime.batching): the nodes' cumulative draft
+    log-probs [N]; the batch answers how many of them (the most likely first) the request verifies."""
+
+    scores: torch.Tensor  # [N]
 
 
 _ROOT_SHAPES: dict[str, TreeShape] = {}  # device -> the bare root's shape, built once
+_PRUNED_SHAPES: dict[tuple, TreeShape] = {}  # (device, parents) -> shape: the subtrees `prune` keeps, built once
+_PRUNED_SHAPES_MAX = 512
+
+
+def prune(tree: DraftTree, keep: int) -> DraftTree:
+    """The root and the tree's `keep` nodes of the highest cumulative draft log-probs: a connected subtree (a child's
+    score is its parent's plus a log-prob <= 0; on equal scores the lower node id, a parent before its children, comes
+    first). The whole tree where keep >= N or the scores are not known."""
+    n = tree.num_draft_tokens
+    if tree.scores is None or keep >= n:
+        return tree
+    device = tree.tokens.device
+    if keep <= 0:
+        return root_only(int(tree.tokens[0]), device)
+    best = torch.sort(-tree.scores, stable=True).indices[:keep].sort().values.tolist()  # node ids - 1, in order
+    node_of, parents, kept = {0: 0}, [-1], [0]
+    for i in best:
+        parent = tree.parents[i + 1]
+        if parent in node_of:  # (NaN scores could orphan a child: it goes)
+            node_of[i + 1] = len(parents)
+            parents.append(node_of[parent])
+            kept.append(i + 1)
+    key = (str(device), tuple(parents))
+    if key not in _PRUNED_SHAPES:
+        if len(_PRUNED_SHAPES) >= _PRUNED_SHAPES_MAX:
+            _PRUNED_SHAPES.clear()
+        _PRUNED_SHAPES[key] = TreeShape.of(parents, device)
+    return DraftTree(tree.tokens[kept], _PRUNED_SHAPES[key], tree.scores[[k - 1 for k in kept[1:]]])
 
 
 def draft_rows(prompt_len: int, window: int, device) -> torch.Tensor:
@@ -155,6 +193,7 @@ class DepthStep:
     that have children (their rows' mask over the tree rows written so far)."""
 
     nodes: list[int]  # node ids at this depth
+    parent_nodes: torch.Tensor  # [len(nodes)] node id of each node's parent
     idx_parent: torch.Tensor  # [len(nodes)] row of each node's parent in the previous draft forward's output
     idx_rank: torch.Tensor  # [len(nodes)] draft rank of each node
     k: int  # top-k needed at this depth
@@ -196,7 +235,8 @@ class StaticPlan:
                     mask[i, ancestors[x]] = True
                     row_of[x] = rows_before + i
                 mask = mask.to(device)
-            steps.append(DepthStep(nodes, torch.tensor([prev_rows[parents[x]] for x in nodes], device=device),
+            steps.append(DepthStep(nodes, torch.tensor([parents[x] for x in nodes], device=device),
+                                   torch.tensor([prev_rows[parents[x]] for x in nodes], device=device),
                                    torch.tensor([ranks[x] for x in nodes], device=device),
                                    max(ranks[x] for x in nodes) + 1, expand,
                                    torch.tensor([prev_rows[parents[x]] for x in expand], device=device), mask,
@@ -214,9 +254,11 @@ def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
     device = root_draft.out.device
     tokens = torch.empty(len(plan.parents), dtype=torch.long, device=device)  # [N+1]
     tokens[0] = root
+    scores = torch.zeros(len(plan.parents), device=device)  # [N+1] cumulative draft log-probs, the root's 0
     prev = root_draft  # the draft forward whose rows are this depth's parents
     for depth, step in enumerate(plan.steps, start=1):
         tokens[step.nodes] = prev.ids[step.idx_parent, step.idx_rank]
+        scores[step.nodes] = scores[step.parent_nodes] + prev.scores[step.idx_parent, step.idx_rank]
         if not step.expand:
             break  # a depth without children is the last
         t = len(step.expand)
@@ -225,7 +267,7 @@ def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
         feats = prev.out[step.feat_rows]  # [t, H]
         prev = yield DraftCall(tokens[step.expand], feats, pos, stable + step.rows_before, cache, mask,
                                top_k=plan.steps[depth].k)
-    return DraftTree(tokens, plan.shape)
+    return DraftTree(tokens, plan.shape, scores[1:])
 
 
 def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draft: DraftOut, stable: int,
@@ -276,7 +318,7 @@ def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draf
         parents.append(node_of[parent])
         chosen.append(pool_idx)
     tokens = torch.cat((torch.tensor([root], device=device), all_tokens[chosen]))  # [N+1]
-    return DraftTree.from_parents(tokens, parents, device)
+    return DraftTree.from_parents(tokens, parents, device, all_scores[chosen])
 
 
 @torch.inference_mode()

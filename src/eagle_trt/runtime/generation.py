@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from eagle_trt.runtime.draft import DraftCall
+from eagle_trt.runtime.drafting import TreeOffer
 
 
 @dataclass
@@ -65,10 +66,11 @@ class GenerationResult:
 class Generation:
     """The iterator `EagleDecoder.generate` returns: StepOutputs, plus the request's live `stats`.
 
-    Underneath is a coroutine that yields a StepOutput, a BaseCall (a base forward it needs) or a DraftCall (a draft
-    forward), the calls answered by `send`. Iterating runs each call at once, alone, through the same packed
-    forwards (`Llama.forward_packed`, `DraftHead.forward_packed`) with one call; `runtime.batching` instead answers
-    the calls of several generations with one packed forward per phase."""
+    Underneath is a coroutine that yields a StepOutput, a BaseCall (a base forward it needs), a DraftCall (a draft
+    forward) or, in a batch, a TreeOffer (how many of its tree's nodes to verify), answered by `send`. Iterating
+    runs each call at once, alone, through the same packed forwards (`Llama.forward_packed`,
+    `DraftHead.forward_packed`) with one call, and verifies whole trees; `runtime.batching` instead answers the
+    calls of several generations with one packed forward per phase."""
 
     def __init__(self, steps, stats: GenerationStats, decoder):  # decoder: the EagleDecoder whose models answer
         self._steps, self.stats, self._decoder = steps, stats, decoder
@@ -82,6 +84,9 @@ class Generation:
             item = self.advance()
             if isinstance(item, StepOutput):
                 return item
+            if isinstance(item, TreeOffer):  # alone, a request verifies its whole tree
+                self.answer(item.scores.numel())
+                continue
             with torch.inference_mode():
                 if isinstance(item, DraftCall):
                     self.answer(self._decoder.draft.forward_packed([item])[0])

@@ -1,0 +1,81 @@
+"""Which of a batch's draft nodes a speculative round verifies (runtime.batching): the most likely ones across all its
+requests, as many as the measured cost of verify rows says commit the most tokens per second.
+
+Every request of a speculative round drafts its tree (one packed draft forward per depth, whose cost hardly grows
+with the requests in it); each node comes with the draft's cumulative log-prob, its estimate that the base accepts
+the path to it. That estimate is calibrated well enough to spend rows on: SmolLM2's EAGLE draft on MT-bench, chain:1,
+top-1 probability 0.02-0.13 accepted 13 %, 0.41-0.50 50 %, 0.92-1.00 97 %
+(docs/results/2026-11-30-per-request/confidence_probe.py). A batch's rows do not all cost the same: on the native CPU
+forward at one thread (SmolLM2 Q4_1, 2 requests) a base forward over 3 rows took what one over 2 did, over 4 rows
+1.2 ms more (rows_bench.py there; by our reading the rows' integer dot products then outgrow the time the weights
+take to stream in). So the round verifies the R nodes of the
+highest probabilities across its requests (a request's kept nodes are its own best, a connected subtree:
+runtime.drafting.prune), R the one maximising predicted tokens per second
+
+    (batch + sum of the R best probabilities) / (rest + verify[R])
+
+where verify[R] is the measured base forward over batch + R rows (R = 0: a plain round's forward) and rest the
+measured remainder of a speculative round (draft forwards, bookkeeping, what the caller does with the tokens). A
+row count not measured yet is priced between measured ones around it; before a speculative round was timed, the
+whole trees are verified. On the same MT-bench rounds of 2 requests the one extra row given by confidence committed
+0.69 extra tokens a round, by each request's running acceptance 0.55, by an oracle 0.77; both rows 1.05.
+
+Whether a batch size speculates at all (drafting costs a draft forward for every request) is the batch backoff's
+(runtime.backoff's BackoffState over its round times, as for a request alone).
+"""
+
+from __future__ import annotations
+
+import math
+
+from eagle_trt.runtime.backoff import average
+
+
+class VerifyRows:
+    """One batch size's measured costs: seconds of a base forward by the draft rows it verifies, and the rest of a
+    speculative round. Averages are a mean over their first 1/alpha rounds, then exponential."""
+
+    def __init__(self, alpha: float):
+        self.alpha = alpha
+        self.verify: dict[int, float] = {}  # draft rows verified -> seconds of the round's base forward
+        self.timed: dict[int, int] = {}
+        self.rest: float | None = None  # seconds of a speculative round besides its base forward
+        self.rest_timed = 0
+
+    def record(self, rows: int, verify_s: float, round_s: float | None) -> None:
+        """A round verified `rows` draft rows in a base forward of `verify_s`; `round_s`: the whole speculative
+        round's seconds (None: a plain round, or not timed)."""
+        self.timed[rows] = self.timed.get(rows, 0) + 1
+        self.verify[rows] = average(self.verify.get(rows), verify_s, max(self.alpha, 1.0 / self.timed[rows]))
+        if round_s is not None:
+            self.rest_timed += 1
+            self.rest = average(self.rest, max(0.0, round_s - verify_s), max(self.alpha, 1.0 / self.rest_timed))
+
+    def cost(self, rows: int) -> float | None:
+        """Seconds of a base forward verifying `rows` draft rows: measured, else between the nearest measured
+        counts around it (None: none above or none below)."""
+        if rows in self.verify:
+            return self.verify[rows]
+        below = max((r for r in self.verify if r < rows), default=None)
+        above = min((r for r in self.verify if r > rows), default=None)
+        if below is None or above is None:
+            return None
+        lo, hi = self.verify[below], self.verify[above]
+        return lo + (hi - lo) * (rows - below) / (above - below)
+
+    def choose(self, log_probs: list[float], batch: int) -> int:
+        """How many of the round's draft nodes (their cumulative log-probs, any order) to verify: the count of the
+        highest predicted tokens per second; all of them until the costs are known."""
+        probs = sorted((math.exp(x) for x in log_probs), reverse=True)
+        if self.rest is None:
+            return len(probs)
+        best, best_rate, expected = len(probs), None, float(batch)
+        for rows in range(len(probs) + 1):
+            seconds = self.cost(rows)
+            if seconds is not None and self.rest + seconds > 0:
+                rate = expected / (self.rest + seconds)
+                if best_rate is None or rate > best_rate:
+                    best, best_rate = rows, rate
+            if rows < len(probs):
+                expected += probs[rows]
+        return best
