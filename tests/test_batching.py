@@ -275,6 +275,16 @@ def test_prune_keeps_the_most_likely_connected_nodes():
     assert bare.tokens.tolist() == [7] and bare.num_draft_tokens == 0
 
 
+def test_a_request_iterated_alone_verifies_its_whole_offered_tree(int8_decoder):
+    """A decoder left `batched` by a Batcher and then run alone: its requests still offer their trees (TreeOffer)
+    and Generation answers them with every node, so the output equals plain decoding and whole trees are verified."""
+    view = int8_decoder.with_tree("chain:3")
+    view.batched = True
+    result = view.generate_all(PROMPTS[1], 20)
+    assert result.token_ids == _plain_alone(int8_decoder, PROMPTS[1], 20)
+    assert result.stats.num_draft_tokens == 3 * result.stats.steps
+
+
 def test_verify_rows_price_each_row_count_and_choose_the_best_rate():
     from eagle_trt.runtime.batch_backoff import VerifyRows
 
