@@ -73,11 +73,11 @@ class StepTimes:
 
     def record(self, spec: bool, seconds: float, tokens: int) -> None:
         self.timed[spec] += 1
-        self.seconds[spec] = average(self.seconds[spec], seconds, max(self.alpha, 1.0 / self.timed[spec]))
+        self.seconds[spec] = warm_average(self.seconds[spec], seconds, self.alpha, self.timed[spec])
         self.steps += 1
         self.last[spec] = self.steps
         if spec:
-            self.accepted = average(self.accepted, tokens, self.alpha)
+            self.accepted = _average(self.accepted, tokens, self.alpha)
 
     def age(self, spec: bool) -> int | None:
         """Steps of the other mode recorded since this mode last ran (None: never)."""
@@ -93,8 +93,13 @@ class StepTimes:
         return None not in (spec, plain, self.accepted) and self.accepted / spec < 1.0 / plain
 
 
-def average(old: float | None, new: float, alpha: float) -> float:
+def _average(old: float | None, new: float, alpha: float) -> float:
     return new if old is None else alpha * new + (1 - alpha) * old
+
+
+def warm_average(old: float | None, new: float, alpha: float, count: int) -> float:
+    """`_average` of the count-th value (1-based): a plain mean over the first 1/alpha values, then exponential."""
+    return _average(old, new, max(alpha, 1.0 / count))
 
 
 class BackoffState:
@@ -130,9 +135,9 @@ class BackoffState:
             self.times.restart(spec)  # a probe's first step: the mode's old time is stale, the probe times it anew
         self.times.record(spec, seconds, tokens)
         if spec:
-            self.accepted = average(self.accepted, tokens, self.cfg.alpha)
+            self.accepted = _average(self.accepted, tokens, self.cfg.alpha)
         else:
-            self.plain_tokens = average(self.plain_tokens, tokens, self.cfg.alpha)
+            self.plain_tokens = _average(self.plain_tokens, tokens, self.cfg.alpha)
         self.plain_steps += not spec
         if self.probe_left > 0 and spec != self.chosen_spec:
             self.probe_left -= 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from eagle_trt.runtime.backoff import average
+from eagle_trt.runtime.backoff import warm_average
 
 
 class VerifyRows:
@@ -46,10 +46,10 @@ class VerifyRows:
         """A round verified `rows` draft rows in a base forward of `verify_s`; `round_s`: the whole speculative
         round's seconds (None: a plain round, or not timed)."""
         self.timed[rows] = self.timed.get(rows, 0) + 1
-        self.verify[rows] = average(self.verify.get(rows), verify_s, max(self.alpha, 1.0 / self.timed[rows]))
+        self.verify[rows] = warm_average(self.verify.get(rows), verify_s, self.alpha, self.timed[rows])
         if round_s is not None:
             self.rest_timed += 1
-            self.rest = average(self.rest, max(0.0, round_s - verify_s), max(self.alpha, 1.0 / self.rest_timed))
+            self.rest = warm_average(self.rest, max(0.0, round_s - verify_s), self.alpha, self.rest_timed)
 
     def cost(self, rows: int) -> float | None:
         """Seconds of a base forward verifying `rows` draft rows: measured, else between the nearest measured

@@ -214,8 +214,7 @@ class Batcher:
         sizes = [offer.scores.numel() for offer in offers]
         if self.backoff is None or batch not in self.rows:
             return sizes
-        scored = sorted(((float(x), i) for i, offer in enumerate(offers) for x in offer.scores.tolist()),
-                        key=lambda pair: -pair[0])
+        scored = sorted(((x, i) for i, offer in enumerate(offers) for x in offer.scores.tolist()), reverse=True)
         chosen = self.rows[batch].choose([x for x, _ in scored], batch)
         keep = [0] * len(offers)
         for _, i in scored[:chosen]:

@@ -329,9 +329,10 @@ class EagleDecoder:
 
     def _tree_steps(self, root: int, root_draft: DraftOut, length: int, skipped: int, draft_cache):
         """The draft tree's generator (static or dynamic) over this request's draft cache, whose slots run
-        `skipped` behind the positions (the prompt positions the draft did not read)."""
+        `skipped` behind the positions (the prompt positions the draft did not read). In a batch (`batched`, set on
+        every view of a Batcher) the tree carries its nodes' draft scores, which the batch verifies by."""
         if self.plan is not None:
-            return static_tree(self.plan, root, root_draft, length - skipped, draft_cache, skipped)
+            return static_tree(self.plan, root, root_draft, length - skipped, draft_cache, skipped, self.batched)
         t = self.tree
         return dynamic_tree(t.depth, t.top_k, t.total_tokens, root, root_draft, length - skipped, draft_cache,
                             skipped)

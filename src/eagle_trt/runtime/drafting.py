@@ -245,20 +245,22 @@ class StaticPlan:
         return cls(tree, parents, steps, TreeShape.of(parents, device))
 
 
-def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
-                cache: KVCache | None, skipped: int = 0) -> Generator[DraftCall, DraftOut, DraftTree]:
+def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int, cache: KVCache | None,
+                skipped: int = 0, scored: bool = False) -> Generator[DraftCall, DraftOut, DraftTree]:
     """Fill a static tree: each node takes the rank-r token of its parent's draft distribution. A generator: it
-    yields one DraftCall per depth that has nodes with children (answered by `send`) and returns the DraftTree.
-    root_draft: the root's draft output [1, H] with its top-`plan.root_k`; stable: the draft cache's committed
-    slots, whose positions run `skipped` ahead (prompt positions the draft did not read)."""
+    yields one DraftCall per depth that has nodes with children (answered by `send`) and returns the DraftTree
+    (`scored`: with its nodes' cumulative draft log-probs, ~60 us a step for a 5-depth tree on a CPU, so only where
+    a batch reads them). root_draft: the root's draft output [1, H] with its top-`plan.root_k`; stable: the draft
+    cache's committed slots, whose positions run `skipped` ahead (prompt positions the draft did not read)."""
     device = root_draft.out.device
     tokens = torch.empty(len(plan.parents), dtype=torch.long, device=device)  # [N+1]
     tokens[0] = root
-    scores = torch.zeros(len(plan.parents), device=device)  # [N+1] cumulative draft log-probs, the root's 0
+    scores = torch.zeros(len(plan.parents), device=device) if scored else None  # [N+1] the root's 0
     prev = root_draft  # the draft forward whose rows are this depth's parents
     for depth, step in enumerate(plan.steps, start=1):
         tokens[step.nodes] = prev.ids[step.idx_parent, step.idx_rank]
-        scores[step.nodes] = scores[step.parent_nodes] + prev.scores[step.idx_parent, step.idx_rank]
+        if scored:
+            scores[step.nodes] = scores[step.parent_nodes] + prev.scores[step.idx_parent, step.idx_rank]
         if not step.expand:
             break  # a depth without children is the last
         t = len(step.expand)
@@ -267,7 +269,7 @@ def static_tree(plan: StaticPlan, root: int, root_draft: DraftOut, stable: int,
         feats = prev.out[step.feat_rows]  # [t, H]
         prev = yield DraftCall(tokens[step.expand], feats, pos, stable + step.rows_before, cache, mask,
                                top_k=plan.steps[depth].k)
-    return DraftTree(tokens, plan.shape, scores[1:])
+    return DraftTree(tokens, plan.shape, scores[1:] if scored else None)
 
 
 def dynamic_tree(depth: int, top_k: int, total_tokens: int, root: int, root_draft: DraftOut, stable: int,
