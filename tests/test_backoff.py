@@ -80,6 +80,42 @@ def test_a_loss_inside_the_margin_keeps_speculating_and_plain_gives_way_without_
     assert clear.chosen_spec and clear.switches == 2
 
 
+def test_a_batch_leans_to_plain_rounds():
+    """Backoff.for_batches: plain chosen, speculation must commit BATCH_SPEC_MARGIN more tokens per second to take
+    over (a request's schedule takes it back at par); speculation chosen, plain takes over at par (a request's keeps
+    speculating inside `margin`), each decision to keep speculating on a plain time taken afresh; probes run
+    BATCH_PROBE_ROUNDS rounds. A Batcher runs its batches on for_batches of its schedule (tests/test_batching.py)."""
+    from eagle_trt.runtime.backoff import BATCH_PROBE_ROUNDS, BATCH_SPEC_MARGIN
+
+    cfg = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32)
+    batch = cfg.for_batches()
+    assert (batch.spec_margin, batch.margin, batch.fresh_plain, batch.probe_steps) == (
+        BATCH_SPEC_MARGIN, 0.0, True, BATCH_PROBE_ROUNDS) and BATCH_SPEC_MARGIN > 0 and BATCH_PROBE_ROUNDS > 2
+    for schedule, back in ((cfg, True), (batch, False)):
+        state = schedule.start()
+        drive(state, tau=2.7, spec_s=0.03, plain_s=0.01, steps=40)  # 90 vs 100 tok/s: plain
+        assert not state.chosen_spec
+        drive(state, tau=3.09, spec_s=0.03, plain_s=0.01, steps=300)  # 103 vs 100 tok/s: inside the batch's margin
+        assert state.chosen_spec == back
+    state = batch.start()
+    drive(state, tau=2.7, spec_s=0.03, plain_s=0.01, steps=40)
+    drive(state, tau=3.3, spec_s=0.03, plain_s=0.01, steps=300)  # 110 vs 100 tok/s: past it
+    assert state.chosen_spec and state.switches == 2
+    for schedule, kept in ((cfg, True), (batch, False)):
+        state = schedule.start()
+        drive(state, tau=2.94, spec_s=0.03, plain_s=0.01, steps=60)  # 98 vs 100 tok/s: inside a request's margin
+        assert state.chosen_spec == kept
+    paying = batch.start()  # speculation paying: kept, plain re-timed before each decision (probes of 4 rounds)
+    modes = drive(paying, tau=4.5, spec_s=0.03, plain_s=0.01, steps=100)  # 150 vs 100 tok/s
+    assert paying.chosen_spec and paying.switches == 0
+    plain_at = [i for i, spec in enumerate(modes) if not spec]
+    starts = [i for i in plain_at if i - 1 not in plain_at]
+    assert len(plain_at) == BATCH_PROBE_ROUNDS * len(starts) and len(starts) >= 3  # whole probes, 3 in 100 rounds
+    assert all(b - a > 2 * cfg.interval for a, b in zip(starts, starts[1:]))  # each when plain's time was stale
+    alone = cfg.start()  # a request's schedule re-times plain only once it ran none for max_interval steps
+    assert drive(alone, tau=4.5, spec_s=0.03, plain_s=0.01, steps=100).count(False) < len(plain_at)
+
+
 def test_plain_steps_count_the_tokens_they_commit():
     """A plain step commits more than one token where suffix candidates match (they need no draft): the plain rate
     is the request's own tokens per plain step over the plain step time."""
@@ -232,8 +268,9 @@ def test_resuming_reads_the_latest_skipped_positions_only(native_demo):
     positions, not all ~300 (prompt and steps); the output is plain decoding's and the draft's proposals after the
     resume are about as good as a draft that read everything."""
     from eagle_trt.datasets import encode_prompt, mtbench_prompts
-    from eagle_trt.runtime.drafting import DRAFT_SINK, RESUME_WINDOW
+    from eagle_trt.runtime.drafting import DRAFT_SINK, PENDING_STEPS, RESUME_WINDOW
 
+    assert PENDING_STEPS < 40  # the plain stretch also folds its pending rows into one call before the resume
     tok, eagle = native_demo
     plain = eagle.with_tree("chain:1", speculative=False)
     resumed = eagle.with_backoff(PlainFirst(40))

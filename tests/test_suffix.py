@@ -50,6 +50,21 @@ def test_proposal_is_what_followed_the_earlier_occurrence():
     assert fresh.match() == (0, -1) and fresh.propose(1, 4) == []
 
 
+def test_catch_up_extends_a_request_text_to_its_latest_root():
+    """A request's automaton holds a prefix of its text (the tokens fed, then the root) and is extended only when a
+    step proposes: catching up equals building from scratch, and a second catch-up on the same text adds nothing."""
+    text, root = [5, 1, 2, 3, 8, 1, 2], 3
+    sam = SuffixAutomaton()
+    sam.catch_up(text[:3], 3)  # an early step: fed [5, 1, 2], root 3
+    assert sam.tokens == [5, 1, 2, 3]
+    assert sam.catch_up(text, root) is sam and sam.tokens == text + [root]
+    assert sam.catch_up(text, root).tokens == text + [root]  # nothing new: not extended twice
+    whole = SuffixAutomaton()
+    whole.extend_all(text + [root])
+    assert (sam.next, sam.link, sam.length, sam.first_end) == (whole.next, whole.link, whole.length, whole.first_end)
+    assert sam.propose(min_match=3, max_tokens=2) == [8, 1]
+
+
 def _tree(tokens, parents):
     return DraftTree.from_parents(torch.tensor(tokens), parents, "cpu")
 

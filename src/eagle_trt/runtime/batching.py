@@ -21,7 +21,8 @@ speculate or run plain by which commits more tokens per second per request over 
 (a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
 with them counts; rounds where a request prefills are not measured, nor the first round of a mode: speculating
 after plain rounds it runs the drafts' catch-up, plain after speculative ones it reads the base weights the draft
-pushed out of the cache), with the same probing schedule as one request's. A policy's tree that pays on the
+pushed out of the cache), with the same probing schedule as one request's, except that speculation takes over from
+plain rounds only by a margin (Backoff.for_batches: a batch's plain round costs what the base's does). A policy's tree that pays on the
 workload it was measured on can lose on another (e.g. fewer accepted tokens, or one core per engine: SmolLM2
 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4;
 docs/load.md): the batch then decodes plainly and probes again. Each
@@ -114,8 +115,9 @@ class Batcher:
             self.spare.append(own)
         self.active: list[Slot] = []
         # batches of 2 or more back off with `batch_backoff`, else with the decoder's own (which backs each request
-        # off when it runs alone); None: the policy's tree at every batch size, always
-        self.backoff = batch_backoff or decoder.backoff
+        # off when it runs alone), either as Backoff.for_batches; None: the policy's tree at every batch size, always
+        backoff = batch_backoff or decoder.backoff
+        self.backoff = backoff.for_batches() if backoff is not None else None
         self.batch_backoff: dict[int, BackoffState] = {}  # batch size (>= 2) -> whether its rounds speculate
         self.rows: dict[int, VerifyRows] = {}  # batch size (>= 2) -> what its verify rows cost (runtime.batch_backoff)
         # the last round, if timed: (batch, speculated, clock at its start, draft rows verified, base forward seconds)

@@ -24,8 +24,8 @@ from eagle_trt.build_spec import BuildSpec
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.runtime.backoff import Backoff, StepTimes
 from eagle_trt.runtime.draft import DraftCall, DraftOut, joined
-from eagle_trt.runtime.drafting import (DRAFT_WINDOW, StaticPlan, TreeOffer, draft_rows, dynamic_tree, prune,
-                                        resume_rows, root_only, static_tree)
+from eagle_trt.runtime.drafting import (DRAFT_WINDOW, PENDING_STEPS, StaticPlan, TreeOffer, draft_rows,
+                                        dynamic_tree, prune, resume_rows, root_only, static_tree)
 from eagle_trt.runtime.generation import Generation, GenerationResult, GenerationStats, StepOutput
 from eagle_trt.runtime.linears import check_precision, prepare
 from eagle_trt.runtime.loading import (draft_vocab_ids, load_base, load_draft, require_shapes, stored_blocks,
@@ -212,10 +212,8 @@ class EagleDecoder:
         fed += prompt[reused:]
         stats.cached_prompt_tokens = reused
         root = self._sample(logits[-1], sampling, gen)
-        # this request's text (suffix candidates); gone with the request; built on first use if a round's tree has them
-        sam = SuffixAutomaton() if self.draft is not None and self.tree.suffix is not None else None
-        if sam is not None:
-            sam.extend_all(prompt + [root])
+        # this request's text (fed, then the root) for suffix candidates, extended by the steps that propose them
+        sam = SuffixAutomaton()
         update = None  # the draft rows the last base forward gives: the prompt (shifted by one), then accepted paths
         skipped = 0  # prompt positions the draft does not read: its cache slot of position p is p - skipped
         if self.draft is not None:
@@ -269,10 +267,7 @@ class EagleDecoder:
             # suffix candidates need no draft: a step the request's own backoff runs plain still proposes them
             suffix = shape.tree.suffix if speculate or (own and not self.plain_now) else None
             if suffix is not None:
-                if sam is None:  # the text so far: every token fed, then the root
-                    sam = SuffixAutomaton()
-                    sam.extend_all(fed + [root])
-                merged = merge_chain(tree, sam.propose(suffix.min_match, suffix.max_tokens))
+                merged = merge_chain(tree, sam.catch_up(fed, root).propose(suffix.min_match, suffix.max_tokens))
                 tree = merged.tree
                 stats.num_suffix_tokens += merged.added
             t1 = clock.mark()
@@ -286,19 +281,22 @@ class EagleDecoder:
             else:
                 accepted = accept_sampling(logits, tree, sampling, gen)
             path, committed = accepted.path, accepted.tokens
-            sel = torch.tensor(path, device=self.device)  # [A] accepted node ids, root first
+            sel = slice(0, len(path))  # the accepted node ids, root first: the first rows, or [A] where they are not
             if path != list(range(len(path))):
+                sel = torch.tensor(path, device=self.device)
                 cache.compact(length, sel + length)
             fed += [root] + committed[:-1]  # the path's tokens: their K/V now sit at length..length+len(path)-1
             stats.steps += 1
             stats.accepted_lengths.append(len(committed))
             stats.num_draft_tokens += tree.num_draft_tokens
             stats.num_accepted_draft_tokens += len(path) - 1
-            if sam is not None:
+            if suffix is not None:
                 stats.num_accepted_suffix_tokens += sum(1 for node in path if node > drafted)
-                sam.extend_all(committed)
             if self.draft is not None:  # read at the next draft call (a plain step only keeps them: cheap)
                 pending.append((committed, hidden[sel], captured[sel] if captured is not None else None, length))
+                if len(pending) > PENDING_STEPS:  # a long plain stretch: the draft will read only the latest rows
+                    update, dropped = resume_rows(self._draft_update(update, pending, skipped, draft_cache))
+                    pending, skipped = [], skipped + dropped
             if own:
                 policy.record(speculate, len(committed), time.perf_counter() - step_start)
             stats.num_plain_steps += self.draft is not None and not speculate

@@ -30,7 +30,12 @@ DRAFT_SINK, DRAFT_WINDOW = 4, 256
 # most recent RESUME_WINDOW of the positions it skipped (and a prompt it never read: its sink and as many of its
 # latest positions), not all of them. A probe that finds plain faster then costs a short draft call, not one over
 # every position since the draft last ran (a batch of 4 after a stretch of plain rounds: ~57 ms, 4 plain rounds).
-RESUME_WINDOW = 32
+# 16, not 32 (since 2026-11-30): tau after a resume read 1.438 with either (docs/native_cpu.md), and a batch of 4
+# resuming on native-q8 at one thread spent ~5.2 ms in a catch-up of 4 x 36 rows (~0.7 of a plain round).
+RESUME_WINDOW = 16
+# Steps of accepted rows a request keeps for the draft while it decodes plainly; past them it joins them into one call
+# of the latest RESUME_WINDOW rows (what resuming reads anyway), so a long plain stretch holds no row per step.
+PENDING_STEPS = 2 * RESUME_WINDOW
 
 
 @dataclass(frozen=True)

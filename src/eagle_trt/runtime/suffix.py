@@ -72,6 +72,16 @@ class SuffixAutomaton:
         for token in tokens:
             self.extend(int(token))
 
+    def catch_up(self, text: list[int], last: int) -> SuffixAutomaton:
+        """Extend to the text `text + [last]`, of which this automaton holds a prefix (a request's text grows only at
+        its end): a request extends it when a step proposes candidates, not on every step (plain steps in a batch
+        propose none). Returns self."""
+        if len(self.tokens) < len(text):
+            self.extend_all(text[len(self.tokens):])
+        if len(self.tokens) == len(text):
+            self.extend(last)
+        return self
+
     def match(self) -> tuple[int, int]:
         """(length of the longest suffix of the text that also ends earlier, where it first ended; -1 if none)."""
         state = self.link[self.last] if self.last else -1
