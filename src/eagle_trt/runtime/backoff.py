@@ -1,7 +1,8 @@
 """Speculation that never costs: per request, run whichever of speculative steps (draft + tree verify) and plain
 steps (the root alone, no draft; the tree's suffix candidates still ride along, runtime.suffix: they come from the
 request's own text) commits more tokens per second, and measure speculation again now and then. It judges a
-request's steps while the request runs alone; in a round of 2+ requests the batch decides (runtime.batching).
+request's steps while the request runs alone; in a round of 2+ requests the batch decides (runtime.batching), on
+`Backoff.for_batches` of the same schedule (leaning to plain rounds).
 
 Why measured rates and not acceptance alone: whether a tree pays depends on acceptance *and* on what a verify step
 costs against a decode step on this engine and machine (on the native CPU forward a 4-token verify costs 1.35x a

@@ -21,10 +21,10 @@ speculate or run plain by which commits more tokens per second per request over 
 (a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
 with them counts; rounds where a request prefills are not measured, nor the first round of a mode: speculating
 after plain rounds it runs the drafts' catch-up, plain after speculative ones it reads the base weights the draft
-pushed out of the cache), with the same probing schedule as one request's, except that speculation takes over from
-plain rounds only by a margin (Backoff.for_batches: a batch's plain round costs what the base's does). A policy's tree that pays on the
-workload it was measured on can lose on another (e.g. fewer accepted tokens, or one core per engine: SmolLM2
-native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4;
+pushed out of the cache), on one request's schedule leaning to plain rounds (Backoff.for_batches: speculation takes
+over by a margin and keeps going only at par on a fresh plain time; a batch's plain round costs what the base's
+does). A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
+tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4;
 docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
 whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x; 1.19x / 1.17x once reverted).
