@@ -24,8 +24,8 @@ after plain rounds it runs the drafts' catch-up, plain after speculative ones it
 pushed out of the cache), on one request's schedule leaning to plain rounds (Backoff.for_batches: speculation takes
 over by a margin and keeps going only at par on a fresh plain time; a batch's plain round costs what the base's
 does). A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
-tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4;
-docs/load.md): the batch then decodes plainly and probes again. Each
+tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
+batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
 whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x; 1.19x / 1.17x once reverted).
 In a speculative round every request drafts its tree, then offers it (a TreeOffer: its nodes' cumulative draft
