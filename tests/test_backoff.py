@@ -116,6 +116,29 @@ def test_a_batch_leans_to_plain_rounds():
     assert drive(alone, tau=4.5, spec_s=0.03, plain_s=0.01, steps=100).count(False) < len(plain_at)
 
 
+def test_a_probe_priced_below_plain_is_not_run():
+    """BackoffState.price (a batch's: VerifyRows.spec_rate): while plain is chosen, a probe of speculation that its
+    price puts below plain by the margin speculation needs is not run, and the interval doubles as if it had been,
+    past max_interval up to PRICED_MAX_INTERVAL; priced above that, unpriced, or no plain rate yet: probes run."""
+    from eagle_trt.runtime.backoff import BATCH_PROBE_ROUNDS, PRICED_MAX_INTERVAL
+
+    batch = Backoff(first_probe=4, probe_steps=2, interval=8, max_interval=32).for_batches()
+    probes = {}
+    for label, price in (("none", None), ("below", 95.0), ("inside margin", 102.0), ("above", 120.0)):
+        state = batch.start()
+        state.price = (lambda price=price: price) if price is not None else None
+        modes = drive(state, tau=2.7, spec_s=0.03, plain_s=0.01, steps=2000)  # 90 vs 100 tok/s: plain
+        assert not state.chosen_spec, label
+        probes[label] = (sum(1 for i, m in enumerate(modes) if m and i and not modes[i - 1]), state.skipped_probes,
+                         state.interval)
+    assert probes["below"][0] == 0 and probes["below"][1] >= 3 and probes["below"][2] == PRICED_MAX_INTERVAL
+    for label in ("none", "inside margin", "above"):  # 102 < 100 x (1 + BATCH_SPEC_MARGIN): still run
+        assert probes[label][0] >= 2000 // (32 + BATCH_PROBE_ROUNDS) - 1 and probes[label][1] == 0, (label, probes)
+    unmeasured = batch.start()  # the first decision (no plain rate before the plain steps are timed) is not priced
+    unmeasured.price = lambda: 0.0
+    assert drive(unmeasured, tau=2.7, spec_s=0.03, plain_s=0.01, steps=4) == [True] * 4
+
+
 def test_plain_steps_count_the_tokens_they_commit():
     """A plain step commits more than one token where suffix candidates match (they need no draft): the plain rate
     is the request's own tokens per plain step over the plain step time."""

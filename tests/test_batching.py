@@ -208,6 +208,7 @@ def test_a_batch_backs_off_to_plain_rounds_while_they_commit_more_per_second(int
         # a round speculating after plain ones (the drafts' catch-up) is not timed as a speculative round
         assert 2 in batcher.batch_backoff and batcher.batch_backoff[2].times.seconds[True] == pytest.approx(spec_s)
         assert batcher.batch_backoff[2].cfg == backoff.for_batches()  # either owner's schedule, with the batch margin
+        assert batcher.batch_backoff[2].price() == batcher.rows[2].spec_rate(2)  # probes priced by its row costs
         alone = batcher.start(PROMPTS[2], 30, key=2)  # under the same clock, alone
         while batcher.active:
             batcher.round()
@@ -306,6 +307,24 @@ def test_verify_rows_price_each_row_count_and_choose_the_best_rate():
     rows.record(2, 0.0045, 0.0065)  # two rows measured nearly free: (2 + 1.5) / 6.5 ms = 538
     assert rows.choose(log_probs, 2) == 2
     assert rows.choose([math.log(0.01)] * 3, 2) == 0  # unlikely nodes are not worth a row
+
+
+def test_verify_rows_price_a_speculative_round_from_its_nodes_by_rank():
+    """VerifyRows.spec_rate: the tokens per second per request a speculative round would commit, from the average
+    probability of its k-th likeliest node over the rounds choose() saw and the measured costs of verifying that
+    many; what a batch's backoff skips a probe on (runtime.backoff)."""
+    from eagle_trt.runtime.batch_backoff import VerifyRows
+
+    rows = VerifyRows(alpha=0.5)
+    assert rows.spec_rate(2) is None  # nothing seen
+    rows.choose([math.log(0.8), math.log(0.4)], 2)
+    rows.choose([math.log(0.6)], 2)  # a round with one node: rank 2 counts 0
+    assert rows.rank_probs == pytest.approx([0.7, 0.2])
+    assert rows.spec_rate(2) is None  # no speculative round timed
+    rows.record(0, 0.004, None)
+    rows.record(2, 0.008, 0.010)  # rest 2 ms
+    # 0 rows: 2 / 6 ms = 333; 1 row (6 ms, between): 2.7 / 8 ms = 337.5; 2 rows: 2.9 / 10 ms = 290; per request / 2
+    assert rows.spec_rate(2) == pytest.approx(2.7 / 0.008 / 2)
 
 
 class CountingPolicy:

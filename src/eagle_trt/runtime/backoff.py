@@ -35,6 +35,12 @@ request alone ran 56 % of its steps plain on MT-bench where its tree paid 1.12x,
 alpha 0.1 with a 5 % margin and suffix candidates in plain steps: 3-12 % plain steps, 1.14-1.15x against the tree's
 1.11-1.13x in the same runs, docs/native_cpu.md).
 
+A batch's schedule can also be priced (`BackoffState.price`, runtime.batch_backoff.VerifyRows.spec_rate: its
+measured row costs and its nodes' average probabilities by rank): a probe of speculation its price puts below plain
+by `spec_margin` is not run, the interval doubling as if it had confirmed plain, up to PRICED_MAX_INTERVAL. On the
+native CPU forward at one thread a batch of 4 pays each verify row ~1.2-1.7 ms against ~1.7 ms a plain token, so
+speculation there can only tie, and each 4-round probe with its catch-up cost ~1 % of the rounds between probes.
+
 TensorRT-LLM's LLM API has a coarser cousin (`acceptance_rate_window_size` / `acceptance_rate_threshold`, 1.3.0rc2x
 on; 1.2's `acceptance_window` / `acceptance_length_threshold` worked per finished request): the mean accepted/drafted
 ratio over a window of iterations below a threshold turns speculation off for good, for the whole executor
@@ -43,10 +49,12 @@ ratio over a window of iterations below a threshold turns speculation off for go
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 
 BATCH_SPEC_MARGIN, BATCH_PROBE_ROUNDS = 0.05, 4  # Backoff.for_batches
+PRICED_MAX_INTERVAL = 1024  # steps between probes a price may stretch the interval to (BackoffState.price)
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,11 @@ class BackoffState:
         self.plain_tokens: float | None = None  # its tokens per plain step (more where suffix candidates match)
         self.switches = 0
         self.plain_steps = 0
+        self.skipped_probes = 0
+        # set by runtime.batching: the tokens per second a speculative step would commit as its measured costs price
+        # it (runtime.batch_backoff.VerifyRows.spec_rate; None: not priced yet). A probe it prices below plain is
+        # not run: the interval doubles as if it had confirmed plain, up to PRICED_MAX_INTERVAL.
+        self.price: Callable[[], float | None] | None = None
 
     def speculate(self) -> bool:
         """Whether the next step drafts (a probe runs the mode not chosen)."""
@@ -170,8 +183,17 @@ class BackoffState:
                 self.probe_left = self.cfg.probe_steps  # no plain step timed lately on this decoder: time some
             elif self.chosen_spec:
                 self._decide()
+            elif self._priced_out():
+                self.interval = min(2 * self.interval, max(PRICED_MAX_INTERVAL, self.cfg.max_interval))
+                self.skipped_probes += 1
             else:
                 self.probe_left = self.cfg.probe_steps
+
+    def _priced_out(self) -> bool:
+        """Whether speculation's price stays below plain's measured rate by the margin it needs to take over."""
+        plain = self.rate(False)
+        price = self.price() if self.price is not None and plain is not None else None
+        return price is not None and price * (1 + self.cfg.spec_margin) < plain
 
     def _decide(self) -> None:
         spec, plain = self.rate(True), self.rate(False)

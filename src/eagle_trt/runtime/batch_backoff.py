@@ -21,7 +21,9 @@ whole trees are verified. On the same MT-bench rounds of 2 requests the one extr
 0.69 extra tokens a round, by each request's running acceptance 0.55, by an oracle 0.77; both rows 1.05.
 
 Whether a batch size speculates at all (drafting costs a draft forward for every request) is the batch backoff's
-(runtime.backoff's BackoffState over its round times, as for a request alone).
+(runtime.backoff's BackoffState over its round times, as for a request alone). The same costs, with the average
+probability of each rank's node over the speculative rounds seen, price a speculative round before the backoff
+probes one (`spec_rate`): a probe priced below plain is not run.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class VerifyRows:
         self.timed: dict[int, int] = {}
         self.rest: float | None = None  # seconds of a speculative round besides its base forward
         self.rest_timed = 0
+        self.rank_probs: list[float] = []  # the k-th likeliest node's probability in a speculative round (average)
+        self.ranked = 0  # speculative rounds in rank_probs
 
     def record(self, rows: int, verify_s: float, round_s: float | None) -> None:
         """A round verified `rows` draft rows in a base forward of `verify_s`; `round_s`: the whole speculative
@@ -67,6 +71,7 @@ class VerifyRows:
         """How many of the round's draft nodes (their cumulative log-probs, any order) to verify: the count of the
         highest predicted tokens per second; all of them until the costs are known."""
         probs = sorted((math.exp(x) for x in log_probs), reverse=True)
+        self._rank(probs)
         if self.rest is None:
             return len(probs)
         best, best_rate, expected = len(probs), None, float(batch)
@@ -78,4 +83,28 @@ class VerifyRows:
                     best, best_rate = rows, rate
             if rows < len(probs):
                 expected += probs[rows]
+        return best
+
+    def _rank(self, probs: list[float]) -> None:
+        """Average a speculative round's node probabilities by rank (a rank a round lacks counts 0)."""
+        self.ranked += 1
+        self.rank_probs += [0.0] * (len(probs) - len(self.rank_probs))
+        for k, old in enumerate(self.rank_probs):
+            self.rank_probs[k] = warm_average(old if self.ranked > 1 else None, probs[k] if k < len(probs) else 0.0,
+                                              self.alpha, self.ranked)
+
+    def spec_rate(self, batch: int) -> float | None:
+        """Tokens per second per request a speculative round of this batch size would commit at its measured costs
+        and its nodes' average probabilities by rank, verifying the best-paying count of them (None: no speculative
+        round priced yet). What a probe of speculation would find, without running it (runtime.backoff)."""
+        if self.rest is None or not self.rank_probs:
+            return None
+        best, expected = None, float(batch)
+        for rows in range(len(self.rank_probs) + 1):
+            seconds = self.cost(rows)
+            if seconds is not None and self.rest + seconds > 0:
+                rate = expected / (self.rest + seconds) / batch
+                best = rate if best is None else max(best, rate)
+            if rows < len(self.rank_probs):
+                expected += self.rank_probs[rows]
         return best

@@ -23,7 +23,7 @@ with them counts; rounds where a request prefills are not measured, nor the firs
 after plain rounds it runs the drafts' catch-up, plain after speculative ones it reads the base weights the draft
 pushed out of the cache), on one request's schedule leaning to plain rounds (Backoff.for_batches: speculation takes
 over by a margin and keeps going only at par on a fresh plain time; a batch's plain round costs what the base's
-does). A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
+does; a probe of speculation that its batch size's VerifyRows prices below plain is not run). A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
 tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
 batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
 batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
@@ -231,8 +231,9 @@ class Batcher:
         if self.backoff is None or batch < 2:  # one request: its own backoff decides
             return True
         if batch not in self.batch_backoff:
-            self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
-            self.rows[batch] = VerifyRows(self.backoff.alpha)
+            rows = self.rows[batch] = VerifyRows(self.backoff.alpha)
+            state = self.batch_backoff[batch] = self.backoff.start(StepTimes(self.backoff.alpha))
+            state.price = lambda: rows.spec_rate(batch)  # a probe priced below plain is not run
         return self.batch_backoff[batch].speculate()
 
     def _measure(self, tokens: int, now: float) -> None:
