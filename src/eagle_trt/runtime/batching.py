@@ -16,23 +16,23 @@ once it runs alone. In a plain round every request takes a plain step; its draft
 speculates again, in one call over the latest of the skipped positions (runtime.drafting.RESUME_WINDOW).
 
 With a batch backoff (the Batcher's `batch_backoff`, else the decoder's own, which also backs off each request that
-runs alone; runtime.backoff) the batch backs off as one: per batch size of 2 or more, rounds
-speculate or run plain by which commits more tokens per second per request over the rounds measured at that size
-(a round's tokens come out in the next round, its seconds run to the next round's start, so what the caller does
-with them counts; rounds where a request prefills are not measured, nor the first round of a mode: speculating
-after plain rounds it runs the drafts' catch-up, plain after speculative ones it reads the base weights the draft
-pushed out of the cache), on one request's schedule leaning to plain rounds (Backoff.for_batches: speculation takes
-over by a margin and keeps going only at par on a fresh plain time; a batch's plain round costs what the base's
-does; a probe of speculation that its batch size's VerifyRows prices below plain is not run). A policy's tree that pays on the workload it was measured on can lose on another (e.g. fewer accepted
-tokens, or one core per engine: SmolLM2 native-q8 at one thread on MT-bench, chain:1 ran 0.81-0.83x of plain at
-batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch then decodes plainly and probes again. Each
-batch size starts speculative: starting plain (speculation probed after `interval` rounds) cost the int8 engine,
-whose batches pay, its gain at 4 and 8 streams in a short `perf load` (1.02x / 0.95x; 1.19x / 1.17x once reverted).
-In a speculative round every request drafts its tree, then offers it (a TreeOffer: its nodes' cumulative draft
-log-probs), and the batch verifies the nodes of the highest draft probabilities across its requests, as many as its
-batch size's measured row costs say commit the most tokens per second (runtime.batch_backoff.VerifyRows): a request
-whose draft is unsure takes a plain step in that round, one whose draft is sure gets the rows. Without a backoff
-every request verifies its whole tree.
+runs alone; runtime.backoff) the batch backs off as one: per batch size of 2 or more, rounds speculate or run plain
+by which commits more tokens per second per request over the rounds measured at that size (a round's tokens come out
+in the next round, its seconds run to the next round's start, so what the caller does with them counts; rounds where
+a request prefills are not measured, nor the first round of a mode: speculating after plain rounds it runs the
+drafts' catch-up, plain after speculative ones it reads the base weights the draft pushed out of the cache), on one
+request's schedule leaning to plain rounds (Backoff.for_batches: speculation takes over by a margin and keeps going
+only at par on a fresh plain time; a batch's plain round costs what the base's does; a probe of speculation that its
+batch size's VerifyRows prices below plain is not run). A policy's tree that pays on the workload it was measured on
+can lose on another (e.g. fewer accepted tokens, or one core per engine: SmolLM2 native-q8 at one thread on
+MT-bench, chain:1 ran 0.81-0.83x of plain at batch 2, 0.82-0.87x at 3, 0.88-0.91x at 4; docs/load.md): the batch
+then decodes plainly and probes again. Each batch size starts speculative: starting plain (speculation probed after
+`interval` rounds) cost the int8 engine, whose batches pay, its gain at 4 and 8 streams in a short `perf load`
+(1.02x / 0.95x; 1.19x / 1.17x once reverted). In a speculative round every request drafts its tree, then offers it
+(a TreeOffer: its nodes' cumulative draft log-probs), and the batch verifies the nodes of the highest draft
+probabilities across its requests, as many as its batch size's measured row costs say commit the most tokens per
+second (runtime.batch_backoff.VerifyRows): a request whose draft is unsure takes a plain step in that round, one
+whose draft is sure gets the rows. Without a backoff every request verifies its whole tree.
 
 Each request's KV caches hold what it can commit (prompt + max_new_tokens, rounded up to a power of two from
 MIN_CACHE_TOKENS) plus the widest tree, not max_seq_len: a SmolLM2 request's float64 base cache at max_seq_len 8192 is
