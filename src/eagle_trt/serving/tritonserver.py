@@ -222,11 +222,14 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout: float) -> None:
+        """Until the server and its models are ready and its metrics port answers: Triton starts its metrics service
+        after the HTTP one (42 ms later in a CI run, whose first scrape right after readiness was refused)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise self._failure(f"tritonserver exited with code {self.process.returncode} while starting")
-            if self._http_ok("/v2/health/ready") and all(self._http_ok(f"/v2/models/{m}/ready") for m in self.models):
+            if self._http_ok("/v2/health/ready") and all(self._http_ok(f"/v2/models/{m}/ready") for m in self.models) \
+                    and self._url_ok(self.metrics_url):
                 return
             time.sleep(0.25)
         raise self._failure(f"tritonserver was not ready after {timeout:.0f} s")
@@ -253,8 +256,12 @@ class TritonServer:
             self.models.append(model)
 
     def _http_ok(self, path: str) -> bool:
+        return self._url_ok(self.http_url + path)
+
+    @staticmethod
+    def _url_ok(url: str) -> bool:
         try:
-            with urllib.request.urlopen(self.http_url + path, timeout=2) as response:
+            with urllib.request.urlopen(url, timeout=2) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
