@@ -72,15 +72,28 @@ class VerifyRows:
         highest predicted tokens per second; all of them until the costs are known."""
         probs = sorted((math.exp(x) for x in log_probs), reverse=True)
         self._rank(probs)
+        best = self._best(probs, batch)
+        return best[0] if best is not None else len(probs)
+
+    def spec_rate(self, batch: int) -> float | None:
+        """Tokens per second per request a speculative round of this batch size would commit at its measured costs
+        and its nodes' average probabilities by rank, verifying the best-paying count of them (None: no speculative
+        round priced yet). What a probe of speculation would find, without running it (runtime.backoff)."""
+        best = self._best(self.rank_probs, batch) if self.rank_probs else None
+        return best[1] / batch if best is not None else None
+
+    def _best(self, probs: list[float], batch: int) -> tuple[int, float] | None:
+        """(rows, tokens per second) of the best-paying count of nodes of probabilities `probs` (highest first), the
+        first on ties; None while no count is priced."""
         if self.rest is None:
-            return len(probs)
-        best, best_rate, expected = len(probs), None, float(batch)
+            return None
+        best, expected = None, float(batch)
         for rows in range(len(probs) + 1):
             seconds = self.cost(rows)
             if seconds is not None and self.rest + seconds > 0:
                 rate = expected / (self.rest + seconds)
-                if best_rate is None or rate > best_rate:
-                    best, best_rate = rows, rate
+                if best is None or rate > best[1]:
+                    best = rows, rate
             if rows < len(probs):
                 expected += probs[rows]
         return best
@@ -92,19 +105,3 @@ class VerifyRows:
         for k, old in enumerate(self.rank_probs):
             self.rank_probs[k] = warm_average(old if self.ranked > 1 else None, probs[k] if k < len(probs) else 0.0,
                                               self.alpha, self.ranked)
-
-    def spec_rate(self, batch: int) -> float | None:
-        """Tokens per second per request a speculative round of this batch size would commit at its measured costs
-        and its nodes' average probabilities by rank, verifying the best-paying count of them (None: no speculative
-        round priced yet). What a probe of speculation would find, without running it (runtime.backoff)."""
-        if self.rest is None or not self.rank_probs:
-            return None
-        best, expected = None, float(batch)
-        for rows in range(len(self.rank_probs) + 1):
-            seconds = self.cost(rows)
-            if seconds is not None and self.rest + seconds > 0:
-                rate = expected / (self.rest + seconds) / batch
-                best = rate if best is None else max(best, rate)
-            if rows < len(self.rank_probs):
-                expected += self.rank_probs[rows]
-        return best
