@@ -8,7 +8,7 @@ import pytest
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt import chat, datasets
-from eagle_trt.perf.harness_files import aiperf_command, genai_perf_command
+from eagle_trt.perf.harness_files import CLOSED_LOOP_RATE, aiperf_command, genai_perf_command
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -77,6 +77,9 @@ def test_commands_in_harness_files(tmp_path):
     a = aiperf_command("base_model", "in.jsonl", "/tok")
     assert a[a.index("--endpoint-type") + 1] == "triton_generate" and "--streaming" in a
     assert a[a.index("--custom-endpoint") + 1] == "/v2/models/base_model/generate_stream"
+    # closed loop at --concurrency, paced by a timer (AIPerf's zero-interval loop spins a core while slots are busy)
+    assert a[a.index("--concurrency") + 1] == "1" and a[a.index("--arrival-pattern") + 1] == "constant"
+    assert float(a[a.index("--request-rate") + 1]) == CLOSED_LOOP_RATE >= 100
 
 
 def test_bundle_has_the_harness_files(pytorch_bundle):

@@ -13,6 +13,12 @@ from eagle_trt.datasets import humaneval_prompts, mtbench_prompts, write_aiperf_
 from eagle_trt.spec import MODELS
 
 DEFAULT_MAX_TOKENS = 256
+# AIPerf 0.13 runs --concurrency alone as a zero-interval arrival loop that, while every slot is busy, only yields to
+# its event loop (aiperf/timing/strategies/request_rate.py, execute_phase): its timing_manager process spun at 93 % of
+# a core for the whole run, on a 2-core machine half of what the server had. A request rate far above what any
+# engine here answers keeps --concurrency the only limit and makes the loop sleep on a timer between tries, so a
+# freed slot waits at most 1 ms (timing_manager then used 9 % of a core; docs/load.md "The client stops spinning").
+CLOSED_LOOP_RATE = 1000  # requests per second, a ceiling never reached: --concurrency sets the load
 
 
 def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: int, url: str = "localhost:8001",
@@ -30,11 +36,13 @@ def genai_perf_command(model: str, input_file: str, tokenizer: str, max_tokens: 
 def aiperf_command(model: str, input_file: str, tokenizer: str, url: str = "http://127.0.0.1:8000",
                    requests: int = 80, warmup: int = 2, artifact_dir: str | None = None,
                    aiperf: str = "aiperf", perf_metrics: bool = True, concurrency: int = 1) -> list[str]:
-    """AIPerf with our plugin's triton-generate endpoint (streaming, so TTFT and ITL are measured)."""
+    """AIPerf with our plugin's triton-generate endpoint (streaming, so TTFT and ITL are measured), `concurrency`
+    requests in flight (closed loop; CLOSED_LOOP_RATE keeps the client from spinning a core while it waits)."""
     return [aiperf, "profile", "--model", model, "--tokenizer", tokenizer, "--url", url,
             "--endpoint-type", "triton_generate", "--custom-endpoint", f"/v2/models/{model}/generate_stream",
             "--streaming", "--input-file", input_file, "--custom-dataset-type", "single_turn",
-            "--concurrency", str(concurrency), "--request-count", str(requests), "--warmup-request-count", str(warmup),
+            "--concurrency", str(concurrency), "--request-rate", str(CLOSED_LOOP_RATE), "--arrival-pattern", "constant",
+            "--request-count", str(requests), "--warmup-request-count", str(warmup),
             "--extra-inputs", "temperature:0.0", *_perf_metrics_input(perf_metrics),
             "--random-seed", "0", "--export-level", "raw", "--no-gpu-telemetry", "--no-server-metrics",
             "--ui-type", "none", "--artifact-dir", artifact_dir or f"artifacts/aiperf/{model}"]
