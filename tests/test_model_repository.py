@@ -408,3 +408,87 @@ def test_the_backoff_parameter_follows_the_option_on_every_precision(tmp_path, d
     assert settings["load_policy"] == LoadPolicy.from_list(json.loads(params["eagle_engine"]["load_policy"])).to_arg()
     with pytest.raises(EagleTrtError, match="backoff 'sometimes' is not one of auto, on, batches, off"):
         ServingOptions(backoff="sometimes").validate()
+
+
+class _RecordingMetric:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def increment(self, value):
+        self.calls.append(("increment", self.name, value))
+
+    def observe(self, value):
+        self.calls.append(("observe", self.name, value))
+
+
+def _recording_metric_family(calls):
+    class MetricFamily:
+        COUNTER, HISTOGRAM = "counter", "histogram"
+
+        def __init__(self, name, description, kind):
+            self.name = name
+
+        def Metric(self, labels, buckets=None):  # noqa: N802 - pb_utils' name
+            return _RecordingMetric(calls, self.name)
+
+    return MetricFamily
+
+
+def test_acceptance_metrics_gather_in_the_stub_and_go_out_summed(python_models, monkeypatch):
+    """Each pb_utils metric call is a round trip to tritonserver: a round's counters go out as one increment per
+    counter that grew (summed over its requests), its histogram observations one per step, only when sent."""
+    from eagle_trt.metrics import ACCEPTED_TOKENS_PER_STEP, DRAFT_TOKENS, OUTPUT_TOKENS, REQUESTS, VERIFY_STEPS
+
+    calls = []
+    monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "MetricFamily", _recording_metric_family(calls),
+                        raising=False)
+    from eagle_trt.model_repository.python_models.acceptance_metrics import AcceptanceMetrics, RequestCounter
+
+    metrics = AcceptanceMetrics("eagle_model", "chain:3", "int8")
+    first, second = RequestCounter(metrics), RequestCounter(metrics)
+    for counter, lengths, drafted in ((first, [3, 1], 6), (second, [2], 3)):
+        counter.step(SimpleNamespace(accepted_lengths=lengths, num_draft_tokens=drafted, num_accepted_draft_tokens=0,
+                                     num_suffix_tokens=0, num_accepted_suffix_tokens=0, cached_prompt_tokens=0))
+    metrics.request_done(12)
+    assert calls == []  # nothing leaves before it is sent
+    taken = metrics.take()
+    assert metrics.take() is None  # taken once
+    metrics.send(taken)
+    increments = {name: value for kind, name, value in calls if kind == "increment"}
+    assert increments == {VERIFY_STEPS.name: 3.0, DRAFT_TOKENS.name: 9.0, REQUESTS.name: 1.0, OUTPUT_TOKENS.name: 12.0}
+    assert len([c for c in calls if c[0] == "increment"]) == 4
+    assert [value for kind, _, value in calls if kind == "observe"] == [3.0, 1.0, 2.0]
+    first.step(SimpleNamespace(accepted_lengths=[3, 1, 4], num_draft_tokens=9, num_accepted_draft_tokens=0,
+                               num_suffix_tokens=0, num_accepted_suffix_tokens=0, cached_prompt_tokens=0))
+    calls.clear()
+    metrics.close()  # sends what is left (only the new step), then drops the metrics
+    assert calls == [("increment", VERIFY_STEPS.name, 1.0), ("increment", DRAFT_TOKENS.name, 3.0),
+                     ("observe", ACCEPTED_TOKENS_PER_STEP.name, 4.0)]
+
+
+def test_engine_outbox_runs_in_order_and_survives_a_failure(python_models, monkeypatch):
+    """Responses and metrics leave through the outbox thread in the order the worker posted them; a failed send is
+    logged and the ones after it still go."""
+    import queue
+    import threading
+
+    logged = []
+    monkeypatch.setattr(sys.modules["triton_python_backend_utils"], "Logger",
+                        SimpleNamespace(log_error=logged.append), raising=False)
+    model = python_models.engine.TritonPythonModel()
+    model.outbox = queue.SimpleQueue()
+    done = []
+
+    def fail():
+        raise RuntimeError("client gone")
+
+    for i in range(50):
+        model._post(done.append, i)
+    model._post(fail)
+    model._post(done.append, "after")
+    model.outbox.put(None)
+    thread = threading.Thread(target=model._send_loop)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and done == [*range(50), "after"]
+    assert len(logged) == 1 and "client gone" in logged[0]

@@ -3,11 +3,17 @@
 
 The pytorch engine model counts true per-step figures from the runtime's GenerationStats (`RequestCounter`): every
 verify step, its draft tokens, its accepted ones (and, of those, the suffix automaton's candidates: num_suffix_tokens,
-num_accepted_suffix_tokens) and the accepted-length histogram, as they happen; a request and its output tokens when it
+num_accepted_suffix_tokens) and the accepted-length histogram, step by step; a request and its output tokens when it
 ends (finished or cancelled; a failed request is Triton's nv_inference_request_failure). The trtllm / llmapi
 acceptance step (acceptance_step.py) registers only the families its engine's outputs give exactly
 (metrics.TRTLLM_METRICS / LLMAPI_METRICS) and no histogram.
 Every family carries the labels model (eagle_model / base_model), tree ("none" for plain decoding) and dtype.
+Each increment or observation is a round trip from the stub to tritonserver (pb_stub's SendCustomMetricsMessage):
+the engine's thread spent 3-6 % of a served run at 4 streams in them, one per counter per request and step
+(py-spy, docs/load.md "Served rounds pay less to Triton"). So figures gather in the stub: `take` hands over the
+counters' sums and the histogram's observations since the last take, `send` sends them (one increment per counter
+that grew), on whatever thread the caller chooses; `flush` does both. The engine takes once per round and before any
+final response, so a client that has its answer reads counters that count it.
 Imported inside the Triton python stub only (it needs triton_python_backend_utils).
 """
 
@@ -32,7 +38,7 @@ class AcceptanceMetrics:
 
     def __init__(self, model: str, tree: str, dtype: str, *, counters=EAGLE_METRICS, histogram: bool = True):
         self.labels = {"model": model, "tree": tree, "dtype": dtype}
-        self.families, self.metrics = [], {}
+        self.families, self.metrics, self.pending, self.observed = [], {}, {}, []
         for spec in counters:
             family = pb_utils.MetricFamily(name=spec.name, description=spec.help, kind=pb_utils.MetricFamily.COUNTER)
             self.families.append(family)
@@ -46,22 +52,46 @@ class AcceptanceMetrics:
             self.histogram = family.Metric(labels=self.labels, buckets=[float(b) for b in spec.buckets])
 
     def add(self, spec, value: float) -> None:
+        """Count `value` on the counter `spec` (sent with the next `take`)."""
         if value:
-            self.metrics[spec.name].increment(float(value))
+            self.pending[spec.name] = self.pending.get(spec.name, 0) + value
+
+    def take(self) -> tuple[dict, list] | None:
+        """(counter name -> sum, histogram observations) gathered since the last take; None when nothing was."""
+        if not self.pending and not self.observed:
+            return None
+        taken = (self.pending, self.observed)
+        self.pending, self.observed = {}, []
+        return taken
+
+    def send(self, taken: tuple[dict, list] | None) -> None:
+        """Send what `take` returned: one increment per counter that grew, one observation per step."""
+        if taken is None:
+            return
+        sums, observed = taken
+        for name, value in sums.items():
+            self.metrics[name].increment(float(value))
+        if self.histogram is not None:
+            for length in observed:
+                self.histogram.observe(float(length))
+
+    def flush(self) -> None:
+        self.send(self.take())
 
     def observe_steps(self, accepted_lengths) -> None:
         """Count verify steps, each with the tokens it committed (accepted draft tokens + 1)."""
         self.add(VERIFY_STEPS, len(accepted_lengths))
         if self.histogram is not None:
-            for length in accepted_lengths:
-                self.histogram.observe(float(length))
+            self.observed.extend(accepted_lengths)
 
     def request_done(self, output_tokens: int) -> None:
         self.add(REQUESTS, 1)
         self.add(OUTPUT_TOKENS, output_tokens)
 
     def close(self) -> None:
-        """Drop the metrics before their families (the python backend's required order)."""
+        """Send what is gathered, then drop the metrics before their families (the python backend's required
+        order)."""
+        self.flush()
         self.metrics.clear()
         self.histogram = None
         self.families.clear()

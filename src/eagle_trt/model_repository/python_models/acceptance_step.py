@@ -97,6 +97,7 @@ class TritonPythonModel:
             except Exception as exc:  # noqa: BLE001 - must answer every request
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(f"acceptance step failed: {type(exc).__name__}: {exc}")))
+        self.metrics.flush()  # the batch's counts, before its responses go back
         return responses
 
     def _count(self, request) -> None:

@@ -7,14 +7,18 @@ and our stream_key. Outputs per response: output_ids [1, 1, n] (the tokens commi
 streaming, all of them otherwise), sequence_length [1, 1], acceptance_rate, total_accepted_draft_tokens,
 total_draft_tokens (cumulative for the request, always filled), stream_key (passed through) and finished.
 A streaming request ends with an empty response whose `finished` is true and which carries the final figures.
-The same figures go to Triton's metrics port as they happen (python_models/acceptance_metrics.py, labelled with the
+The same figures go to Triton's metrics port every round (python_models/acceptance_metrics.py, labelled with the
 ensemble this engine serves, the bundle's tree and dtype).
+What goes back to Triton (responses, metrics) goes through an outbox thread, in order: each send is a round trip to
+tritonserver (the stub waits for it, GIL released), and made on the worker thread it held up the next round's forward
+(sends and metrics took 10-15 % of the worker's time at 4 streams; docs/load.md "Served rounds pay less to Triton").
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
 Requests run on a worker thread (execute() only queues them), up to max_batch_size at once through
 runtime.batching: one packed base forward per round for all of them and one packed draft forward per drafting
-phase, each drafting with the tree the bundle's load policy gives its batch size. A cancelled request stops at the next round. Cancelled means either Triton cancelled this request
-(a gRPC cancel sent to this model directly) or a *cancel request* named its stream_key: input_lengths 0 and
+phase, each drafting with the tree the bundle's load policy gives its batch size. A cancelled request stops at the
+next round (one that Triton cancelled: at the first round after CANCEL_POLL_S). Cancelled means either Triton
+cancelled this request (a gRPC cancel sent to this model directly) or a *cancel request* named its stream_key: input_lengths 0 and
 request_output_len 0 with a stream_key. Postprocessing sends one when it sees that the eagle_model/base_model
 request it serves was cancelled (HTTP client gone, gRPC cancel): Triton's ensemble cancels only the steps it
 schedules after the cancellation, never the engine step already running (core ensemble_scheduler.cc,
@@ -25,6 +29,7 @@ Copied as model_repository/{eagle_engine,base_engine}/1/model.py.
 import json
 import queue
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -33,6 +38,11 @@ from model_params import bundle_spec, parameters  # beside model.py (layout.py c
 
 
 MAX_CANCELLED_KEYS = 4096  # remembered cancelled stream keys (oldest dropped first)
+# Asking Triton whether a request was cancelled (sender.is_cancelled()) is a round trip from the stub to tritonserver:
+# asked for every request every round it took 3-4 % of the engine's thread at 4 streams (py-spy, docs/load.md "Served
+# rounds pay less to Triton"). A request asks at most this often; a cancel request's stream key is looked up locally,
+# every round.
+CANCEL_POLL_S = 0.05
 
 
 def _scalar(request, name, default):
@@ -96,6 +106,7 @@ class RequestState:
         self.stop_sequences = [s for s in stops if len(s) > 1]  # stop words: the runtime cuts before them
         self.generated, self.sent, self.figures = [], 0, (0.0, 0, 0, 0)
         self.slot, self.closed, self.counter = None, False, None
+        self.next_cancel_poll = 0.0  # time.monotonic() from which sender.is_cancelled() is asked again
 
 
 class TritonPythonModel:
@@ -129,6 +140,9 @@ class TritonPythonModel:
                                batch_backoff=batch_backoff)
         self.queue, self.running = queue.Queue(), []
         self.cancelled = OrderedDict()  # stream_key -> None, set by cancel requests (read by the worker thread)
+        self.outbox = queue.SimpleQueue()  # (fn, args, kwargs) to run in order on the outbox thread; None: stop
+        self.outbox_thread = threading.Thread(target=self._send_loop, name="eagle-engine-outbox", daemon=True)
+        self.outbox_thread.start()
         self.worker = threading.Thread(target=self._loop, name="eagle-engine", daemon=True)
         self.worker.start()
 
@@ -152,7 +166,23 @@ class TritonPythonModel:
     def finalize(self):
         self.queue.put(None)
         self.worker.join(timeout=10)
+        self.outbox.put(None)
+        self.outbox_thread.join(timeout=10)
         self.metrics.close()
+
+    def _post(self, fn, *args, **kwargs):
+        """Run fn on the outbox thread, after everything posted before it (a failure is logged)."""
+        self.outbox.put((fn, args, kwargs))
+
+    def _send_loop(self):
+        while (item := self.outbox.get()) is not None:
+            fn, args, kwargs = item
+            self._guarded(fn, *args, **kwargs)
+
+    def _post_metrics(self):
+        taken = self.metrics.take()
+        if taken is not None:
+            self._post(self.metrics.send, taken)
 
     def _loop(self):
         """Admit waiting requests up to the batch limit, run one round (one packed base forward for all running
@@ -170,8 +200,10 @@ class TritonPythonModel:
                     self.batcher.cancel(state.slot)
                     state.closed = True
                     self._guarded(self.metrics.request_done, len(state.generated))
-                    self._guarded(state.sender.send, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    self._post_metrics()
+                    self._post(state.sender.send, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             self.running = [s for s in self.running if not s.slot.done]
+            self._post_metrics()  # the round's figures, counters summed over its requests
 
     def _admit_waiting(self) -> bool:
         """Take queued requests while there is room (wait for one when idle); False on shutdown."""
@@ -186,7 +218,13 @@ class TritonPythonModel:
         return True
 
     def _is_cancelled(self, state) -> bool:
-        return state.sender.is_cancelled() or bool(state.stream_key and state.stream_key in self.cancelled)
+        if state.stream_key and state.stream_key in self.cancelled:
+            return True
+        now = time.monotonic()
+        if now < state.next_cancel_poll:
+            return False
+        state.next_cancel_poll = now + CANCEL_POLL_S
+        return state.sender.is_cancelled()
 
     def _admit(self, request):
         from eagle_trt.model_repository.python_models.acceptance_metrics import RequestCounter
@@ -198,7 +236,7 @@ class TritonPythonModel:
             if self._is_cancelled(state):  # while it waited in the queue
                 pb_utils.Logger.log_info(f"request cancelled by the client before it started (stream "
                                          f"{state.stream_key})")
-                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                self._post(sender.send, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 return
             seed = _scalar(request, "seed", None)
             sampling = SamplingParams(temperature=float(_scalar(request, "temperature", 0.0)),
@@ -227,20 +265,21 @@ class TritonPythonModel:
         self._guarded(state.counter.step, step.stats)
         if state.streaming and len(state.generated) > state.sent:
             chunk = (state.prompt if (state.sent == 0 and not state.exclude_input) else []) + state.generated[state.sent:]
-            state.sender.send(self._response(chunk, state.figures, state.key, finished=False))
+            self._post(state.sender.send, self._response(chunk, state.figures, state.key, finished=False))
             state.sent = len(state.generated)
         if step.finish_reason is not None:
             chunk = [] if state.streaming else ((state.prompt if not state.exclude_input else []) + state.generated)
             state.closed = True
             self._guarded(self.metrics.request_done, len(state.generated))
-            state.sender.send(self._response(chunk, state.figures, state.key, finished=True),
-                              flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            self._post_metrics()  # before the answer: a client holding it reads counters that count it
+            self._post(state.sender.send, self._response(chunk, state.figures, state.key, finished=True),
+                       flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _fail(self, sender, exc):
         message = f"generation failed: {type(exc).__name__}: {exc}"
         pb_utils.Logger.log_error(message)
-        self._guarded(sender.send, pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
-                      flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        self._post(sender.send, pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                   flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     @staticmethod
     def _guarded(fn, *args, **kwargs):
