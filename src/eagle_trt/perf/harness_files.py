@@ -17,7 +17,8 @@ DEFAULT_MAX_TOKENS = 256
 # its event loop (aiperf/timing/strategies/request_rate.py, execute_phase): its timing_manager process spun at 93 % of
 # a core for the whole run, on a 2-core machine half of what the server had. A request rate far above what any
 # engine here answers keeps --concurrency the only limit and makes the loop sleep on a timer between tries, so a
-# freed slot waits at most 1 ms (timing_manager then used 9 % of a core; docs/load.md "The client stops spinning").
+# freed slot waits at most 1 ms (timing_manager then used 9 % of a core; docs/load.md "Served rounds pay less to
+# Triton").
 CLOSED_LOOP_RATE = 1000  # requests per second, a ceiling never reached: --concurrency sets the load
 
 
