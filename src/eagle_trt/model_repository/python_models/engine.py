@@ -9,10 +9,11 @@ total_draft_tokens (cumulative for the request, always filled), stream_key (pass
 A streaming request ends with an empty response whose `finished` is true and which carries the final figures.
 The same figures go to Triton's metrics port every round (python_models/acceptance_metrics.py, labelled with the
 ensemble this engine serves, the bundle's tree and dtype).
-What goes back to Triton (responses, built there too, and metrics) leaves through an outbox thread, in order: each
-send is a round trip to tritonserver (the stub waits for it, GIL released), and made on the worker thread it held up
-the next round's forward (sends and metrics took 10-15 % of the worker's time at 4 streams; docs/load.md "Served
-rounds pay less to Triton").
+What goes back to Triton (responses, metrics) leaves through an outbox thread, in order: each send is a round trip
+to tritonserver (the stub waits for it, GIL released), and made on the worker thread it held up the next round's
+forward (sends and metrics took 10-15 % of the worker's time at 4 streams; docs/load.md "Served rounds pay less to
+Triton"). Responses are built on the worker: built on the outbox thread they cost more than they saved (its Python
+then competes for the GIL with the worker's between forwards).
 
 The same file serves both engines: `draft_dir` empty -> plain decoding through the same runtime code path.
 Requests run on a worker thread (execute() only queues them), up to max_batch_size at once through
@@ -266,14 +267,15 @@ class TritonPythonModel:
         self._guarded(state.counter.step, step.stats)
         if state.streaming and len(state.generated) > state.sent:
             chunk = (state.prompt if (state.sent == 0 and not state.exclude_input) else []) + state.generated[state.sent:]
-            self._post(self._send, state.sender, chunk, state.figures, state.key, finished=False)
+            self._post(state.sender.send, self._response(chunk, state.figures, state.key, finished=False))
             state.sent = len(state.generated)
         if step.finish_reason is not None:
             chunk = [] if state.streaming else ((state.prompt if not state.exclude_input else []) + state.generated)
             state.closed = True
             self._guarded(self.metrics.request_done, len(state.generated))
             self._post_metrics()  # before the answer: a client holding it reads counters that count it
-            self._post(self._send, state.sender, chunk, state.figures, state.key, finished=True)
+            self._post(state.sender.send, self._response(chunk, state.figures, state.key, finished=True),
+                       flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _fail(self, sender, exc):
         message = f"generation failed: {type(exc).__name__}: {exc}"
@@ -289,12 +291,6 @@ class TritonPythonModel:
         except Exception as exc:  # noqa: BLE001 - the worker must live on
             pb_utils.Logger.log_error(f"{getattr(fn, '__name__', fn)} failed: {type(exc).__name__}: {exc}")
             return None
-
-    @classmethod
-    def _send(cls, sender, tokens, figures, key, finished: bool):
-        """Build and send one response (on the outbox thread; the last of a request with the final flag)."""
-        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if finished else 0
-        sender.send(cls._response(tokens, figures, key, finished), flags=flags)
 
     @staticmethod
     def _response(tokens, figures, key, finished: bool):
