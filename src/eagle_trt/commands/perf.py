@@ -97,7 +97,8 @@ def perf_compare_cmd(eagle_run, base_run, out_dir, as_json):
 @click.option("--max-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per level and model, in turn (order flipped each round); the table shows medians and each "
-                   "round's eagle/base ratio.")
+                   "round's eagle/base ratio, from 3 rounds also the ratio's 95 % interval and whether the rounds "
+                   "resolve a difference (faster / tie / slower).")
 @click.option("--mixed", is_flag=True, help="Also run both models at once, each at the level.")
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), help="Report dir (default BUNDLE/perf).")
 @click.option("--json", "as_json", is_flag=True, help="Print load.json.")

@@ -5,13 +5,18 @@ time to first token, output tokens/s over the run, and eagle/base ratios; writte
 
 With `rounds` > 1 every level runs that many times, the two models in turn and the order flipped each round (so a
 machine that speeds up or slows down over minutes weighs on both alike); a level's figures are the medians over its
-rounds and its ratio the ratio of those medians, with each round's own ratio beside it."""
+rounds and its ratio the ratio of those medians, with each round's own ratio beside it. From 3 rounds on a level
+also gets a 95 % interval for its eagle/base ratio: the rounds are pairs (both models on the same prompts minutes
+apart), so a paired t-interval over the rounds' log ratios, around their geometric mean; its verdict says whether
+the rounds resolve a difference (`faster`, `slower`) or not (`tie`: a single round moved by more than the models
+differ; run more rounds to tell them apart)."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from statistics import median
+from statistics import fmean, median, stdev
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,10 @@ from eagle_trt.datasets import load_dataset, take_prompts, write_aiperf_input
 from eagle_trt.perf.run import MODELS, bundle_server
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
+INTERVAL_MIN_ROUNDS = 3  # fewer paired rounds give no interval worth printing (2 rounds: t = 12.7)
+# Student's t, two-sided 95 %, by degrees of freedom 1..30 (rounds - 1); past 30 t(30), a little wide
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 @dataclass(frozen=True)
@@ -121,15 +130,29 @@ def _ratios(rows: list[dict]) -> list[dict]:
                     "throughput_ratio": med["eagle"]["output_tokens_per_s"] / med["base"]["output_tokens_per_s"],
                     "round_ratios": [eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both],
                     "p50_latency_ratio": med["eagle"]["latency_p50_ms"] / med["base"]["latency_p50_ms"],
+                    **ratio_interval([eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both]),
                     "identical": all(sorted(eagle[i]["texts"]) == sorted(base[i]["texts"]) for i in both)})
     return out
 
 
+def ratio_interval(ratios: list[float]) -> dict:
+    """The 95 % interval of paired rounds' eagle/base ratios (geometric mean exp(m +- t * s / sqrt(n)) over their
+    logs) and its verdict; {} below INTERVAL_MIN_ROUNDS rounds."""
+    if len(ratios) < INTERVAL_MIN_ROUNDS:
+        return {}
+    logs = [math.log(r) for r in ratios]
+    t = T_975[min(len(logs) - 1, len(T_975)) - 1]
+    half = t * stdev(logs) / math.sqrt(len(logs))
+    low, high = math.exp(fmean(logs) - half), math.exp(fmean(logs) + half)
+    return {"ratio_geomean": math.exp(fmean(logs)), "ratio_interval_95": [low, high],
+            "verdict": "faster" if low > 1.0 else "slower" if high < 1.0 else "tie"}
+
+
 def load_table(report: dict) -> str:
     """Markdown: one line per (level, mode) with both models side by side (medians over the rounds, and each
-    round's ratio when there were several)."""
+    round's ratio when there were several; from INTERVAL_MIN_ROUNDS rounds the ratio's 95 % interval and verdict)."""
     lines = ["| concurrency | mode | eagle p50 / p99 ms | base p50 / p99 ms | eagle tok/s | base tok/s | "
-             "eagle/base tok/s | identical |", "|---|---|---|---|---|---|---|---|"]
+             "eagle/base tok/s | 95 % interval | identical |", "|---|---|---|---|---|---|---|---|---|"]
     settings = report.get("settings", {})
     if "load_policy" in settings:  # the pytorch engine: what the eagle/base ratios ran under
         lines[:0] = [f"eagle_engine: trees by batch size {settings['load_policy']}; backoff: {settings['backoff']}", ""]
@@ -139,5 +162,13 @@ def load_table(report: dict) -> str:
         lines.append(f"| {r['concurrency']} | {r['mode']} | {r['eagle_latency_p50_ms']:.0f} / "
                      f"{r['eagle_latency_p99_ms']:.0f} | {r['base_latency_p50_ms']:.0f} / "
                      f"{r['base_latency_p99_ms']:.0f} | {r['eagle_tokens_per_s']:.1f} | {r['base_tokens_per_s']:.1f} | "
-                     f"{r['throughput_ratio']:.2f}x{per_round} | {'yes' if r['identical'] else 'NO'} |")
+                     f"{r['throughput_ratio']:.2f}x{per_round} | {_interval_cell(r)} | "
+                     f"{'yes' if r['identical'] else 'NO'} |")
     return "\n".join(lines)
+
+
+def _interval_cell(ratio: dict) -> str:
+    if "ratio_interval_95" not in ratio:
+        return "-"
+    low, high = ratio["ratio_interval_95"]
+    return f"{low:.2f}-{high:.2f}x, {ratio['verdict']}"
