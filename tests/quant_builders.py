@@ -279,13 +279,15 @@ def write_awq(src: Path, out: Path, group: int = 32, seed: int = 5) -> tuple[Pat
 
 
 def write_gptq(src: Path, out: Path, group: int = 32, act_order: bool = False, v2: bool = False,
-               seed: int = 6) -> tuple[Path, dict]:
+               seed: int = 6, sym: bool = False) -> tuple[Path, dict]:
     """GPTQ: qweight [I/8, O] packed along the input, qzeros [G, O/8] along the output (v1 stores zero - 1),
-    fp16 scales [G, O], g_idx [I] (a permutation's groups with act-order)."""
+    fp16 scales [G, O], g_idx [I] (a permutation's groups with act-order); `sym`: every zero point 8 (GPTQ's sym=True
+    stores them all the same)."""
     gen = torch.Generator().manual_seed(seed)
 
     def layer(module, o, i):
-        q, z = _codes(gen, (i, o)), _codes(gen, (i // group, o))
+        q = _codes(gen, (i, o))
+        z = torch.full((i // group, o), 8) if sym else _codes(gen, (i // group, o))
         s = _scales(gen, (i // group, o), i).half()
         g_idx = (torch.randperm(i, generator=gen) if act_order else torch.arange(i)) // group
         stored_z = z if v2 else (z - 1) & 0xF
@@ -295,7 +297,7 @@ def write_gptq(src: Path, out: Path, group: int = 32, act_order: bool = False, v
         return {"qweight": qweight, "qzeros": qzeros, "scales": s, "g_idx": g_idx.to(torch.int32)}, weight
 
     return _rewrite(src, out, layer, {"quant_method": "gptq", "bits": 4, "group_size": group,
-                                      "desc_act": act_order, "sym": False,
+                                      "desc_act": act_order, "sym": sym,
                                       "checkpoint_format": "gptq_v2" if v2 else "gptq"})
 
 
@@ -362,6 +364,7 @@ SCHEMES = {
     "awq-gemm": ("awq", None, {}),
     "gptq-v1": ("gptq", None, {}),
     "gptq-v2-act-order": ("gptq", None, {"v2": True, "act_order": True}),
+    "gptq-sym": ("gptq", None, {"sym": True}),
     "fp8-blocks": ("fp8", None, {}),
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 from eagle_trt.checkpoints import open_weights
@@ -10,6 +12,8 @@ from eagle_trt.quantization.reader import DequantizedWeights, account
 from eagle_trt.runtime.draft import DraftHead, Eagle1Draft, Eagle3Draft, Eagle3Options
 from eagle_trt.runtime.model import Llama, LlamaArgs
 from eagle_trt.spec import PRECISIONS, DraftSpec, ModelSpec, Problem
+
+log = logging.getLogger(__name__)
 
 # the torch dtype each engine precision (spec.PRECISIONS) loads its weights as; int8: loaded in fp32, then quantized
 # by runtime.linears.prepare
@@ -74,15 +78,23 @@ def open_base_weights(spec: ModelSpec):
     return DequantizedWeights(reader, quant) if quant is not None and quant.groups else reader
 
 
-def stored_blocks(spec: ModelSpec) -> dict:
-    """HF weight name -> (GGUF type name, its block rows as stored) for every block-quantized tensor of a GGUF base
-    (what precision native reads as is); {} for any other checkpoint."""
+def stored_blocks(spec: ModelSpec, precision: str = "native") -> dict:
+    """HF weight name -> (GGUF type name, its block rows) for every weight the native precisions read as blocks: a
+    GGUF base's block-quantized tensors as stored; a 4-bit AWQ / GPTQ / compressed-tensors / Model-Optimizer INT4
+    base's linears written as the same blocks (quantization.blocks: for precision native only where that is exact;
+    a linear it does not write stays dequantized to float32, logged); {} for any other checkpoint."""
     from eagle_trt.checkpoints.gguf_reader import GGUFWeightReader
+    from eagle_trt.quantization.blocks import quantized_blocks
 
     with open_weights(spec.path) as reader:
-        if not isinstance(reader, GGUFWeightReader):
+        if isinstance(reader, GGUFWeightReader):
+            return {name: blocks for name in reader.names() if (blocks := reader.stored_blocks(name)) is not None}
+        if spec.quantization is None or not spec.quantization.groups:
             return {}
-        return {name: blocks for name in reader.names() if (blocks := reader.stored_blocks(name)) is not None}
+        blocks, left = quantized_blocks(reader, spec.quantization, exact=precision == "native")
+    for module, why in left.items():
+        log.info("precision %s reads %s dequantized to float32: %s", precision, module, why)
+    return blocks
 
 
 def load_base(spec: ModelSpec, dtype: torch.dtype, device: str, skip: frozenset[str] = frozenset()) -> Llama:
