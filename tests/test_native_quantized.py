@@ -8,8 +8,8 @@ Model-Optimizer INT4 base's linears written as GGUF Q4_0 / Q4_1 blocks, read by 
 - What stays on the float32 path, by name: act-order groups, 8-bit codes, Model-Optimizer's pre_quant_scale, and
   for precision native the scales or zero points that fp16 does not hold.
 - GPTQ sym on precision native: Q4_0 blocks, logits within 1e-4 of transformers on the dequantized weights, the same
-  greedy tokens, a third of the float32 path's weight bytes. AWQ on native-q8: Q4_1 blocks, next-token
-  distributions near float32 (the 8-bit activations' own tolerance, test_native_forward), EAGLE equal to plain
+  greedy tokens, a third of the float32 path's weight bytes. AWQ on native-q8: Q4_1 blocks (its float head as Q8_0,
+  as native-q8 reads every float weight), next-token distributions near float32 (the 8-bit activations' own tolerance, test_native_forward), EAGLE equal to plain
   decoding exactly.
 """
 
@@ -127,6 +127,10 @@ def test_awq_on_native_q8_runs_blocks_and_eagle_equals_plain(written, tmp_path, 
     assert exact.base.native.block_types == [] and "zero points times scales" in caplog.text
     q8 = EagleDecoder.load(path, None, dtype="native-q8")
     assert q8.base.native.block_types == ["Q4_1"]
+    from eagle_trt.runtime.native import W_F32, W_X4, W_X8
+
+    assert q8.base.native.layers[0].q.type == W_X4  # the Q4_1 blocks repacked for 8-bit activations
+    assert q8.base.native.model.lm_head.type == W_X8 and exact.base.native.model.lm_head.type == W_F32  # float head
     assert q8.base.native.weight_bytes() < exact.base.native.weight_bytes() / 3
     ids = PROMPT + list(range(60, 68))
     with torch.inference_mode():

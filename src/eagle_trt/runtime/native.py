@@ -1,6 +1,8 @@
 """Precision `native`: the base model's whole forward in one C call (kernels/cpu_forward.c), its linears reading the
-weights as the checkpoint stores them: a GGUF base's Q4_0 / Q4_1 / Q8_0 blocks as they lie in the file (other GGUF
-types and every float checkpoint: float32 rows).
+weights as the checkpoint stores them: a GGUF base's Q4_0 / Q4_1 / Q8_0 blocks as they lie in the file, a 4-bit
+AWQ / GPTQ / compressed-tensors / Model-Optimizer INT4 base's linears as the same Q4_0 / Q4_1 blocks
+(quantization.blocks), other weights as float32 rows; under `native-q8` (8-bit activations) those float weights are
+quantized to Q8_0 blocks as the draft's are.
 
 Why: a torch decode step of a small model is 30 layers x a dozen Python-dispatched ops, and int8 copies of 4-bit
 weights read twice the bytes the file holds. Here a step is one call; a block is dequantized in registers to the
@@ -126,6 +128,13 @@ class NativeWeights:
             return CLinear(BLOCK_TYPES[stored[0]], rows, cols, data.ctypes.data, bias)
         return CLinear(W_F32, rows, cols, self._floats(module.weight), bias)
 
+    def _weights(self, module) -> CLinear:
+        """A float linear as native-q8 reads it, Q8_0 blocks (ggml's quantizer; integer dot products like every
+        other linear there), or float32 rows (native: what the weights compute)."""
+        if not self.q8_activations or module.weight.shape[1] % QK:
+            return self._linear(module, None)
+        return self._linear(module, ("Q8_0", q8_0_blocks(module.weight)))
+
     def _repack(self, linear: CLinear) -> CLinear | None:
         """The block linear repacked for 8-bit activations (cpu_linear_q8.h: 16 output rows per 64-byte vector),
         or None where the kernel cannot take it (rows not a multiple of 16): it then runs on float32 activations."""
@@ -203,14 +212,18 @@ class NativeForward(NativeWeights):
         for i, layer in enumerate(model.layers):
             for field, path in LAYER_LINEARS.items():
                 module = layer.get_submodule(path)
-                setattr(self.layers[i], field, self._linear(module, blocks.get(f"model.layers.{i}.{path}.weight")))
+                setattr(self.layers[i], field, self._stored(module, blocks.get(f"model.layers.{i}.{path}.weight")))
             self.layers[i].input_norm = self._floats(layer.input_layernorm.weight)
             self.layers[i].post_norm = self._floats(layer.post_attention_layernorm.weight)
         head_name = "model.embed_tokens.weight" if a.tie_word_embeddings else "lm_head.weight"
         self.model = CModel(a.num_hidden_layers, a.hidden_size, a.intermediate_size, a.num_attention_heads,
                             a.num_key_value_heads, a.head_dim, a.vocab_size, a.rms_norm_eps, self.layers,
-                            self._floats(model.norm.weight), self._linear(model.lm_head, blocks.get(head_name)))
-        self.block_types = sorted({name for name, _ in blocks.values()})
+                            self._floats(model.norm.weight), self._stored(model.lm_head, blocks.get(head_name)))
+        self.block_types = sorted({name for name, _ in blocks.values()})  # the checkpoint's (stored) block types
+
+    def _stored(self, module, stored: tuple[str, np.ndarray] | None) -> CLinear:
+        """A linear from the blocks the checkpoint stores, else from its float weight (`_weights`)."""
+        return self._linear(module, stored) if stored is not None else self._weights(module)
 
     def forward_packed(self, model, calls, capture: tuple[int, ...]) -> list[tuple]:
         """Llama.forward_packed's contract: one (logits [T, V] ([1, V] for a call with last_logits_only), hidden
@@ -320,11 +333,6 @@ class NativeDraft(NativeWeights):
                 answers.append((o, None, None))
             row += rows
         return answers
-
-    def _weights(self, module) -> CLinear:
-        if not self.q8_activations or module.weight.shape[1] % QK:
-            return self._linear(module, None)
-        return self._linear(module, ("Q8_0", q8_0_blocks(module.weight)))
 
     def rows(self, input_ids, features, cos, sin, segments) -> torch.Tensor:
         """DraftHead.rows: the layer's output [sum T, H] for input_ids [sum T], features [sum T, H]."""
