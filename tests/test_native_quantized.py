@@ -9,8 +9,8 @@ Model-Optimizer INT4 base's linears written as GGUF Q4_0 / Q4_1 blocks, read by 
   for precision native the scales or zero points that fp16 does not hold.
 - GPTQ sym on precision native: Q4_0 blocks, logits within 1e-4 of transformers on the dequantized weights, the same
   greedy tokens, a third of the float32 path's weight bytes. AWQ on native-q8: Q4_1 blocks (its float head as Q8_0,
-  as native-q8 reads every float weight), next-token distributions near float32 (the 8-bit activations' own tolerance, test_native_forward), EAGLE equal to plain
-  decoding exactly.
+  as native-q8 reads every float weight), next-token distributions near float32 (the 8-bit activations' own
+  tolerance, test_native_forward), EAGLE equal to plain decoding exactly.
 """
 
 from __future__ import annotations

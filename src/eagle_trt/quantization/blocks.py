@@ -23,16 +23,17 @@ from typing import Callable
 import numpy as np
 import torch
 
-from eagle_trt.quantization.dequantize import _ct_group_of_input, _nibbles, _per_row, unpack_int32
+from eagle_trt.quantization.dequantize import ct_group_of_input, nibble_fields, per_row, unpack_int32
 from eagle_trt.quantization.formats import AWQ_ORDER, WeightFormat
 from eagle_trt.quantization.reader import quantized_modules, stored_size
 from eagle_trt.quantization.scheme import Quantization
 
-QK = 32  # inputs per GGUF block
+QK = 32  # weights per GGUF block (ggml's QK4_0 / QK4_1 / QK8_0)
 SYMMETRIC_ZERO = 8  # the zero point of a symmetric 4-bit layout read as unsigned codes
 
 
-def quantized_blocks(raw, quant: Quantization, exact: bool) -> tuple[dict[str, tuple[str, np.ndarray]], dict[str, str]]:
+def quantized_blocks(raw, quant: Quantization,
+                     exact: bool) -> tuple[dict[str, tuple[str, np.ndarray]], dict[str, str]]:
     """({HF weight name: (GGUF type name, block rows)} for every module of the checkpoint reader `raw` that `convert`
     writes as blocks, {module: why not} for the quantized modules it leaves to the dequantized float32 path)."""
     blocks, left = {}, {}
@@ -69,8 +70,8 @@ def convert(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Callable
     if exact and not (torch.equal(d16.float(), s) and (symmetric or torch.equal(m.half().float(), m))):
         return ("its scales are not all fp16 values" if not torch.equal(d16.float(), s) else
                 "its zero points times scales are not all fp16 values") + " (precision native-q8 rounds them)"
-    nibbles = u.to(torch.uint8).reshape(out, -1, QK)  # [O, B, 32]
-    packed = nibbles[..., :QK // 2] | (nibbles[..., QK // 2:] << 4)  # [O, B, 16]: ggml's qs, inputs j and j + 16
+    codes = u.to(torch.uint8).reshape(out, -1, QK)  # [O, B, 32]
+    packed = codes[..., :QK // 2] | (codes[..., QK // 2:] << 4)  # [O, B, 16]: ggml's qs, inputs j and j + 16
     head = [d16.numpy().view(np.uint8).reshape(out, -1, 2)]  # [O, B, 2] fp16 d
     name = "Q4_0"
     if not symmetric:
@@ -105,10 +106,10 @@ def _fields(fmt: WeightFormat, get, has, out: int, inp: int):
         if fmt.granularity not in ("tensor", "channel", "group"):
             return f"{fmt.describe()} has no per-group scales"
         u = unpack_int32(get("weight_packed"), 4, dim=1)[:, :inp]  # [O, I]: q + 8
-        scales = _per_row(get("weight_scale").float(), out)  # [O, G]
+        scales = per_row(get("weight_scale").float(), out)  # [O, G]
         z = (unpack_int32(get("weight_zero_point"), 4, dim=0)[:out] if not fmt.symmetric  # [O, G]: stored z + 8
              else torch.full(scales.shape, SYMMETRIC_ZERO))
-        return u, z, scales, _ct_group_of_input(fmt, get, inp)
-    u = _nibbles(get("weight"), dim=0) ^ SYMMETRIC_ZERO  # modelopt-int4: two's complement int4 q -> u = q + 8
+        return u, z, scales, ct_group_of_input(fmt, get, inp)
+    u = nibble_fields(get("weight"), dim=0) ^ SYMMETRIC_ZERO  # modelopt-int4: two's complement int4 q -> u = q + 8
     scales = get("weight_scale").float()  # [O, G]
     return u, torch.full(scales.shape, SYMMETRIC_ZERO), scales, by_group

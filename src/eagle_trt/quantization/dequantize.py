@@ -38,7 +38,7 @@ def _expand(scale: torch.Tensor, out: int, inp: int, fmt: WeightFormat) -> torch
     return s.repeat_interleave(rows, dim=0)[:out].repeat_interleave(cols, dim=1)[:, :inp]
 
 
-def _nibbles(packed: torch.Tensor, dim: int) -> torch.Tensor:
+def nibble_fields(packed: torch.Tensor, dim: int) -> torch.Tensor:
     """uint8 bytes -> their two 4-bit fields along `dim`, the low nibble first (int64)."""
     b = packed.view(torch.uint8).to(torch.int64)
     pair = torch.stack((b & 0x0F, b >> 4), dim=dim + 1)  # [..., n, 2, ...]
@@ -61,8 +61,8 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
     elif fmt.layout == "ct-packed":
         offset = 1 << (fmt.bits - 1)  # stored as q + 2^(b-1)
         q = unpack_int32(get("weight_packed"), fmt.bits, dim=1)[:, :inp] - offset  # [O, I]
-        cols = _ct_group_of_input(fmt, get, inp)  # [I]: each input's scale column
-        scale = _per_row(get("weight_scale").to(torch.float32), out)  # [O, G] (G = 1: channel / tensor)
+        cols = ct_group_of_input(fmt, get, inp)  # [I]: each input's scale column
+        scale = per_row(get("weight_scale").to(torch.float32), out)  # [O, G] (G = 1: channel / tensor)
         if not fmt.symmetric:
             zeros = unpack_int32(get("weight_zero_point"), fmt.bits, dim=0)[:out] - offset  # [O, G]
             q = q - zeros[:, cols]
@@ -74,10 +74,10 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
         else:
             codes, divisor = get("weight_packed"), get("weight_global_scale").to(torch.float32).reshape(())
             block = get("weight_scale").to(torch.float32) / divisor  # [O, I/16]
-        values = torch.tensor(E2M1_VALUES, dtype=torch.float32)[_nibbles(codes, dim=1)]  # [O, I]
+        values = torch.tensor(E2M1_VALUES, dtype=torch.float32)[nibble_fields(codes, dim=1)]  # [O, I]
         w = values * block.repeat_interleave(NVFP4_BLOCK, dim=1)
     elif fmt.layout == "modelopt-int4":
-        n = _nibbles(get("weight"), dim=0)  # [O, I]: row 2k low nibble, 2k+1 high
+        n = nibble_fields(get("weight"), dim=0)  # [O, I]: row 2k low nibble, 2k+1 high
         q = torch.where(n >= 8, n - 16, n)  # two's complement int4
         w = q.to(torch.float32) * _expand(get("weight_scale"), out, inp, fmt)
         if fmt.fp8_stage:  # W4A8: the weight is used as FP8 of its own per-tensor scale
@@ -102,12 +102,12 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
     return w.contiguous()
 
 
-def _per_row(values: torch.Tensor, out: int) -> torch.Tensor:
+def per_row(values: torch.Tensor, out: int) -> torch.Tensor:
     """[O, G] from a per-tensor ([1]), per-channel ([O, 1]) or per-group ([O, G]) tensor."""
     return values.reshape(1, 1).expand(out, 1) if values.numel() == 1 else values.reshape(out, -1)
 
 
-def _ct_group_of_input(fmt: WeightFormat, get, inp: int) -> torch.Tensor:
+def ct_group_of_input(fmt: WeightFormat, get, inp: int) -> torch.Tensor:
     """[I]: the scale column each input reads (compressed-tensors: `weight_g_idx` when the inputs were reordered)."""
     if fmt.granularity != "group":
         return torch.zeros(inp, dtype=torch.long)

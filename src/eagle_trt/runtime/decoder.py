@@ -110,7 +110,7 @@ class EagleDecoder:
         tree_cfg = resolve(tree)
         max_seq_len = max_seq_len or min(base_spec.max_position_embeddings, 4096)
         dt = torch_dtype(dtype)
-        blocks = stored_blocks(base_spec, dtype) if dtype in NATIVE_PRECISIONS else None  # read as stored, not dequantized
+        blocks = stored_blocks(base_spec, dtype) if dtype in NATIVE_PRECISIONS else None  # read as blocks, not floats
         kept = frozenset(n for n, (kind, _) in (blocks or {}).items() if kind in BLOCK_TYPES and ".layers." in n)
         base = load_base(base_spec, dt, device, kept)
         draft = load_draft(draft_spec, base_spec, base, dt, device) if draft_spec is not None else None

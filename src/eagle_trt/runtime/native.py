@@ -23,6 +23,7 @@ import torch
 
 from eagle_trt.errors import EagleTrtError
 from eagle_trt.kernels.cpu_build import NATIVE_HINT, load_cpu_forward
+from eagle_trt.quantization.blocks import QK
 from eagle_trt.runtime.model import logit_rows
 from eagle_trt.runtime.weight_memory import WeightArena
 
@@ -30,7 +31,6 @@ from eagle_trt.runtime.weight_memory import WeightArena
 BLOCK_TYPES = {"Q4_0": 1, "Q4_1": 2, "Q8_0": 3}
 W_F32 = 0
 W_X4, W_X8 = 4, 5  # native-q8's repacked 4-bit and 8-bit units (cpu_linear_q8.h)
-QK = 32  # weights per block
 KEPT_SCRATCH_FLOATS = 1 << 20  # scratch up to this size (a decode or verify step's) is reused between calls
 
 
