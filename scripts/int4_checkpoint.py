@@ -2,8 +2,8 @@
 round to nearest per input group, so that the native precisions' 4-bit block path (quantization/blocks.py) can be
 measured on a real model's shapes here, where no AWQ or GPTQ checkpoint can be downloaded. Round to nearest, not
 AWQ's activation-aware search or GPTQ's error feedback: what is measured is speed and EAGLE = plain, which depend
-on the layout, not on how the codes were chosen. The layouts are those of quantization/formats.py (tests/
-quant_builders.py writes the same from random codes).
+on the layout, not on how the codes were chosen. The tensors are packed by tests/quant_builders.py's
+`awq_gemm_tensors` / `gptq_tensors`, the packers the tests write those layouts with (from random codes).
 
     python scripts/int4_checkpoint.py "$(eagle-trt demo-model --gguf-dir | tail -1)" /tmp/smollm2-awq --layout awq
     python scripts/int4_checkpoint.py "$(eagle-trt demo-model --gguf-dir | tail -1)" /tmp/smollm2-gptq --layout gptq
@@ -14,24 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
 from eagle_trt.checkpoints import open_weights
-from eagle_trt.quantization.formats import AWQ_ORDER
 
-LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
-           "mlp.up_proj", "mlp.down_proj")
-SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-              "generation_config.json")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from quant_builders import LINEARS, TOKENIZER_FILES, awq_gemm_tensors, gptq_tensors  # noqa: E402
 
-
-def words(fields: torch.Tensor) -> torch.Tensor:
-    """[..., 8] 4-bit fields -> [...] int32 words, field k in bits 4k..4k+3."""
-    word = sum(fields[..., k].long() << (4 * k) for k in range(8))
-    return torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
+SIDE_FILES = TOKENIZER_FILES + ("chat_template.jinja",)
 
 
 def round_to_nearest(w: torch.Tensor, group: int, sym: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -75,15 +69,9 @@ def main() -> None:
             if inp % args.group or args.group % 32:
                 raise SystemExit(f"{name}: {inp} inputs do not split into groups of {args.group} (a multiple of 32)")
             codes, zero, scale = round_to_nearest(w, args.group, sym=args.layout == "gptq")
-            if args.layout == "awq":
-                pack = lambda v: words(v.reshape(v.shape[0], out // 8, 8)[..., list(AWQ_ORDER)])  # noqa: E731
-                tensors |= {f"{module}.qweight": pack(codes), f"{module}.qzeros": pack(zero),
-                            f"{module}.scales": scale}
-            else:
-                tensors |= {f"{module}.qweight": words(codes.reshape(inp // 8, 8, out).transpose(1, 2)),  # [I/8, O]
-                            f"{module}.qzeros": words(((zero - 1) & 0xF).reshape(-1, out // 8, 8)),  # v1: zero - 1
-                            f"{module}.scales": scale,
-                            f"{module}.g_idx": (torch.arange(inp) // args.group).to(torch.int32)}
+            group = torch.arange(inp) // args.group  # [I]
+            tensors |= {f"{module}.{k}": v for k, v in (awq_gemm_tensors(codes, zero, scale) if args.layout == "awq"
+                                                         else gptq_tensors(codes, zero, scale, group)).items()}
     quant = ({"quant_method": "awq", "bits": 4, "group_size": args.group, "zero_point": True, "version": "gemm"}
              if args.layout == "awq" else
              {"quant_method": "gptq", "bits": 4, "group_size": args.group, "desc_act": False, "sym": True,

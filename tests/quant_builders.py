@@ -242,6 +242,24 @@ def _scales(gen, shape, inputs: int) -> torch.Tensor:
     return (torch.rand(shape, generator=gen) * 0.5 + 0.75) * (2.0 / math.sqrt(inputs) / 8)
 
 
+def awq_gemm_tensors(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor) -> dict[str, torch.Tensor]:
+    """AutoAWQ GEMM's tensors of 4-bit codes q [I, O], zero points z [G, O] and fp16 scales s [G, O]: qweight
+    [I, O/8] and qzeros [G, O/8] in AWQ's nibble order (scripts/int4_checkpoint.py writes its checkpoints with it)."""
+    o = q.shape[1]
+    pack = lambda v: _words(v.reshape(v.shape[0], o // 8, 8)[..., list(AWQ_ORDER)])  # noqa: E731
+    return {"qweight": pack(q), "qzeros": pack(z), "scales": s}
+
+
+def gptq_tensors(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, g_idx: torch.Tensor,
+                 v2: bool = False) -> dict[str, torch.Tensor]:
+    """GPTQ's tensors of 4-bit codes q [I, O], zero points z [G, O], fp16 scales s [G, O] and each input's group
+    g_idx [I]: qweight [I/8, O] (word r holds inputs 8r..8r+7), qzeros [G, O/8] (v1 stores zero - 1)."""
+    i, o = q.shape
+    stored_z = z if v2 else (z - 1) & 0xF
+    return {"qweight": _words(q.reshape(i // 8, 8, o).transpose(1, 2)),
+            "qzeros": _words(stored_z.reshape(-1, o // 8, 8)), "scales": s, "g_idx": g_idx.to(torch.int32)}
+
+
 def _rewrite(src: Path, out: Path, layers, quantization_config: dict) -> tuple[Path, dict]:
     """The base `src` with each linear of its decoder layers replaced by `layers(name, out, in)` -> (tensors,
     oracle weight); config.json gets `quantization_config`."""
@@ -269,10 +287,9 @@ def write_awq(src: Path, out: Path, group: int = 32, seed: int = 5) -> tuple[Pat
     def layer(module, o, i):
         q, z = _codes(gen, (i, o)), _codes(gen, (i // group, o))
         s = _scales(gen, (i // group, o), i).half()
-        pack = lambda v: _words(v.reshape(v.shape[0], o // 8, 8)[..., list(AWQ_ORDER)])  # noqa: E731
         rows = torch.arange(i) // group
         weight = ((q - z[rows]).float() * s.float()[rows]).t()
-        return {"qweight": pack(q), "qzeros": pack(z), "scales": s}, weight
+        return awq_gemm_tensors(q, z, s), weight
 
     return _rewrite(src, out, layer, {"quant_method": "awq", "bits": 4, "group_size": group, "zero_point": True,
                                       "version": "gemm", "modules_to_not_convert": None})
@@ -290,11 +307,8 @@ def write_gptq(src: Path, out: Path, group: int = 32, act_order: bool = False, v
         z = torch.full((i // group, o), 8) if sym else _codes(gen, (i // group, o))
         s = _scales(gen, (i // group, o), i).half()
         g_idx = (torch.randperm(i, generator=gen) if act_order else torch.arange(i)) // group
-        stored_z = z if v2 else (z - 1) & 0xF
-        qweight = _words(q.reshape(i // 8, 8, o).transpose(1, 2))  # [I/8, O]: word r holds inputs 8r..8r+7
-        qzeros = _words(stored_z.reshape(-1, o // 8, 8))
         weight = ((q - z[g_idx]).float() * s.float()[g_idx]).t()
-        return {"qweight": qweight, "qzeros": qzeros, "scales": s, "g_idx": g_idx.to(torch.int32)}, weight
+        return gptq_tensors(q, z, s, g_idx, v2), weight
 
     return _rewrite(src, out, layer, {"quant_method": "gptq", "bits": 4, "group_size": group,
                                       "desc_act": act_order, "sym": sym,

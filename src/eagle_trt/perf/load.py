@@ -120,6 +120,7 @@ def _ratios(rows: list[dict]) -> list[dict]:
         med = {name: {key: median([run[i][key] for i in both]) for key in
                       ("output_tokens_per_s", "latency_p50_ms", "latency_p99_ms")}
                for name, run in (("eagle", eagle), ("base", base))}
+        round_ratios = [eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both]
         out.append({"concurrency": level, "mode": mode, "rounds": len(both),
                     "eagle_tokens_per_s": med["eagle"]["output_tokens_per_s"],
                     "base_tokens_per_s": med["base"]["output_tokens_per_s"],
@@ -128,9 +129,9 @@ def _ratios(rows: list[dict]) -> list[dict]:
                     "base_latency_p50_ms": med["base"]["latency_p50_ms"],
                     "base_latency_p99_ms": med["base"]["latency_p99_ms"],
                     "throughput_ratio": med["eagle"]["output_tokens_per_s"] / med["base"]["output_tokens_per_s"],
-                    "round_ratios": [eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both],
+                    "round_ratios": round_ratios,
                     "p50_latency_ratio": med["eagle"]["latency_p50_ms"] / med["base"]["latency_p50_ms"],
-                    **ratio_interval([eagle[i]["output_tokens_per_s"] / base[i]["output_tokens_per_s"] for i in both]),
+                    **ratio_interval(round_ratios),
                     "identical": all(sorted(eagle[i]["texts"]) == sorted(base[i]["texts"]) for i in both)})
     return out
 

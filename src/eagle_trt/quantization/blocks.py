@@ -23,13 +23,13 @@ from typing import Callable
 import numpy as np
 import torch
 
-from eagle_trt.quantization.dequantize import ct_group_of_input, nibble_fields, per_row, unpack_int32
-from eagle_trt.quantization.formats import AWQ_ORDER, WeightFormat
+from eagle_trt.quantization.dequantize import INTEGER_GROUP_LAYOUTS, integer_fields
+from eagle_trt.quantization.formats import WeightFormat
 from eagle_trt.quantization.reader import quantized_modules, stored_size
 from eagle_trt.quantization.scheme import Quantization
 
 QK = 32  # weights per GGUF block (ggml's QK4_0 / QK4_1 / QK8_0)
-SYMMETRIC_ZERO = 8  # the zero point of a symmetric 4-bit layout read as unsigned codes
+SYMMETRIC_ZERO = 8  # the zero point of a symmetric 4-bit layout (integer_fields: 2^(b-1))
 
 
 def quantized_blocks(raw, quant: Quantization,
@@ -52,12 +52,12 @@ def convert(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Callable
             inp: int, exact: bool = True) -> tuple[str, np.ndarray] | str:
     """One module's weight as (GGUF type name, block rows [out, in / 32 * block bytes] uint8), or why it cannot be
     (module docstring; `exact`: d and m hold the scales and zero points exactly, else rounded to fp16)."""
+    if inp % QK:
+        return f"{inp} inputs are not a multiple of {QK}"
     fields = _fields(fmt, get, has, out, inp)
     if isinstance(fields, str):
         return fields
     u, zeros, scales, group = fields  # [O, I] codes, [O, G] zero points and float32 scales, [I] each input's group
-    if inp % QK:
-        return f"{inp} inputs are not a multiple of {QK}"
     runs = group.reshape(-1, QK)  # [B, 32]
     if not bool((runs == runs[:, :1]).all()):
         return f"input groups do not each cover aligned runs of {QK} inputs (group size {fmt.group_size}, act order)"
@@ -82,34 +82,13 @@ def convert(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Callable
 
 
 def _fields(fmt: WeightFormat, get, has, out: int, inp: int):
-    """(codes u [O, I] 0..15, zero points [O, G], scales [O, G] float32, each input's group [I]) of a 4-bit layout,
-    or why it has none."""
-    if fmt.bits != 4 or fmt.layout not in ("awq-gemm", "gptq", "ct-packed", "modelopt-int4"):
+    """quantization.dequantize.integer_fields of a 4-bit layout, or why it has none here."""
+    if fmt.bits != 4 or fmt.layout not in INTEGER_GROUP_LAYOUTS:
         return f"{fmt.describe()} is not a 4-bit integer layout"
     if fmt.pre_quant_scale and has("pre_quant_scale"):
         return "it stores a pre_quant_scale (each input scaled before the product)"
     if fmt.fp8_stage:
         return "its weights pass an FP8 stage (W4A8)"
-    by_group = torch.arange(inp) // (fmt.group_size or inp)  # [I]
-    if fmt.layout == "awq-gemm":
-        column = torch.argsort(torch.tensor(AWQ_ORDER))  # output column j of a word sits in field column[j]
-        u = unpack_int32(get("qweight"), 4, dim=1).reshape(inp, -1, 8)[..., column].reshape(inp, out).t()
-        z = unpack_int32(get("qzeros"), 4, dim=1)
-        z = z.reshape(z.shape[0], -1, 8)[..., column].reshape(z.shape[0], out).t()  # [O, G]
-        return u, z, get("scales").float().t(), by_group
-    if fmt.layout == "gptq":
-        u = unpack_int32(get("qweight"), 4, dim=0)[:inp].t()  # [O, I]
-        z = ((unpack_int32(get("qzeros"), 4, dim=1)[:, :out] + fmt.zero_offset) & 0xF).t()  # [O, G]
-        group = get("g_idx").long() if has("g_idx") else by_group
-        return u, z, get("scales").float().t(), group
-    if fmt.layout == "ct-packed":
-        if fmt.granularity not in ("tensor", "channel", "group"):
-            return f"{fmt.describe()} has no per-group scales"
-        u = unpack_int32(get("weight_packed"), 4, dim=1)[:, :inp]  # [O, I]: q + 8
-        scales = per_row(get("weight_scale").float(), out)  # [O, G]
-        z = (unpack_int32(get("weight_zero_point"), 4, dim=0)[:out] if not fmt.symmetric  # [O, G]: stored z + 8
-             else torch.full(scales.shape, SYMMETRIC_ZERO))
-        return u, z, scales, ct_group_of_input(fmt, get, inp)
-    u = nibble_fields(get("weight"), dim=0) ^ SYMMETRIC_ZERO  # modelopt-int4: two's complement int4 q -> u = q + 8
-    scales = get("weight_scale").float()  # [O, G]
-    return u, torch.full(scales.shape, SYMMETRIC_ZERO), scales, by_group
+    if fmt.layout == "ct-packed" and fmt.granularity not in ("tensor", "channel", "group"):
+        return f"{fmt.describe()} has no per-group scales"
+    return integer_fields(fmt, get, has, out, inp)

@@ -10,6 +10,8 @@ import torch
 
 from eagle_trt.quantization.formats import AWQ_ORDER, E2M1_VALUES, NVFP4_BLOCK, WeightFormat, ceil_div
 
+INTEGER_GROUP_LAYOUTS = ("ct-packed", "modelopt-int4", "awq-gemm", "gptq")  # w = (u - z) * s per group
+
 
 def unpack_int32(packed: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
     """Unsigned `bits`-bit fields of 32-bit words, lowest bits first, laid out along `dim` (int32 result)."""
@@ -38,7 +40,7 @@ def _expand(scale: torch.Tensor, out: int, inp: int, fmt: WeightFormat) -> torch
     return s.repeat_interleave(rows, dim=0)[:out].repeat_interleave(cols, dim=1)[:, :inp]
 
 
-def nibble_fields(packed: torch.Tensor, dim: int) -> torch.Tensor:
+def _nibbles(packed: torch.Tensor, dim: int) -> torch.Tensor:
     """uint8 bytes -> their two 4-bit fields along `dim`, the low nibble first (int64)."""
     b = packed.view(torch.uint8).to(torch.int64)
     pair = torch.stack((b & 0x0F, b >> 4), dim=dim + 1)  # [..., n, 2, ...]
@@ -58,15 +60,12 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
         if not fmt.symmetric:
             q = q - _expand(get("weight_zero_point"), out, inp, fmt)
         w = q * _expand(get("weight_scale"), out, inp, fmt)
-    elif fmt.layout == "ct-packed":
-        offset = 1 << (fmt.bits - 1)  # stored as q + 2^(b-1)
-        q = unpack_int32(get("weight_packed"), fmt.bits, dim=1)[:, :inp] - offset  # [O, I]
-        cols = ct_group_of_input(fmt, get, inp)  # [I]: each input's scale column
-        scale = per_row(get("weight_scale").to(torch.float32), out)  # [O, G] (G = 1: channel / tensor)
-        if not fmt.symmetric:
-            zeros = unpack_int32(get("weight_zero_point"), fmt.bits, dim=0)[:out] - offset  # [O, G]
-            q = q - zeros[:, cols]
-        w = q.to(torch.float32) * scale[:, cols]
+    elif fmt.layout in INTEGER_GROUP_LAYOUTS:
+        u, z, scale, group = integer_fields(fmt, get, has, out, inp)
+        w = (u - z[:, group]).to(torch.float32) * scale[:, group]  # [O, I]
+        if fmt.fp8_stage:  # Model-Optimizer W4A8: the weight is used as FP8 of its own per-tensor scale
+            second = get("weight_scale_2").to(torch.float32).reshape(())
+            w = (w / second).to(torch.float8_e4m3fn).to(torch.float32) * second
     elif fmt.layout == "nvfp4":
         if fmt.global_scale == "multiply":
             codes, factor = get("weight"), get("weight_scale_2").to(torch.float32).reshape(())
@@ -74,27 +73,8 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
         else:
             codes, divisor = get("weight_packed"), get("weight_global_scale").to(torch.float32).reshape(())
             block = get("weight_scale").to(torch.float32) / divisor  # [O, I/16]
-        values = torch.tensor(E2M1_VALUES, dtype=torch.float32)[nibble_fields(codes, dim=1)]  # [O, I]
+        values = torch.tensor(E2M1_VALUES, dtype=torch.float32)[_nibbles(codes, dim=1)]  # [O, I]
         w = values * block.repeat_interleave(NVFP4_BLOCK, dim=1)
-    elif fmt.layout == "modelopt-int4":
-        n = nibble_fields(get("weight"), dim=0)  # [O, I]: row 2k low nibble, 2k+1 high
-        q = torch.where(n >= 8, n - 16, n)  # two's complement int4
-        w = q.to(torch.float32) * _expand(get("weight_scale"), out, inp, fmt)
-        if fmt.fp8_stage:  # W4A8: the weight is used as FP8 of its own per-tensor scale
-            second = get("weight_scale_2").to(torch.float32).reshape(())
-            w = (w / second).to(torch.float8_e4m3fn).to(torch.float32) * second
-    elif fmt.layout == "awq-gemm":
-        column = torch.argsort(torch.tensor(AWQ_ORDER))  # output column j of a word sits in field column[j]
-        q = unpack_int32(get("qweight"), fmt.bits, dim=1).reshape(inp, -1, 8)[..., column].reshape(inp, out)
-        z = unpack_int32(get("qzeros"), fmt.bits, dim=1)
-        z = z.reshape(z.shape[0], -1, 8)[..., column].reshape(z.shape[0], out)  # [G, O]
-        rows = torch.arange(inp) // (fmt.group_size or inp)  # [I]
-        w = ((q - z[rows]).to(torch.float32) * get("scales").to(torch.float32)[rows]).t()
-    elif fmt.layout == "gptq":
-        q = unpack_int32(get("qweight"), fmt.bits, dim=0)[:inp]  # [I, O]
-        z = (unpack_int32(get("qzeros"), fmt.bits, dim=1)[:, :out] + fmt.zero_offset) & ((1 << fmt.bits) - 1)
-        rows = get("g_idx").long() if has("g_idx") else torch.arange(inp) // (fmt.group_size or inp)  # [I]
-        w = ((q - z[rows]).to(torch.float32) * get("scales").to(torch.float32)[rows]).t()
     else:
         raise ValueError(f"unknown weight layout {fmt.layout!r}")
     if fmt.pre_quant_scale and has("pre_quant_scale"):
@@ -102,12 +82,42 @@ def dequantize(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Calla
     return w.contiguous()
 
 
-def per_row(values: torch.Tensor, out: int) -> torch.Tensor:
+def integer_fields(fmt: WeightFormat, get: Callable[[str], torch.Tensor], has: Callable[[str], bool], out: int,
+                   inp: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An integer group layout (INTEGER_GROUP_LAYOUTS) as w = (u - z[:, group]) * s[:, group]: (unsigned codes u
+    [O, I], zero points z [O, G] (2^(b-1) when symmetric), scales s [O, G] float32, each input's group [I]). What
+    `dequantize` computes with, and what quantization.blocks writes as GGUF blocks."""
+    by_group = torch.arange(inp) // (fmt.group_size or inp)  # [I]
+    mask = (1 << fmt.bits) - 1
+    if fmt.layout == "awq-gemm":
+        column = torch.argsort(torch.tensor(AWQ_ORDER))  # output column j of a word sits in field column[j]
+        u = unpack_int32(get("qweight"), fmt.bits, dim=1).reshape(inp, -1, 8)[..., column].reshape(inp, out).t()
+        z = unpack_int32(get("qzeros"), fmt.bits, dim=1)
+        z = z.reshape(z.shape[0], -1, 8)[..., column].reshape(z.shape[0], out).t()  # [O, G]
+        return u, z, get("scales").to(torch.float32).t(), by_group
+    if fmt.layout == "gptq":
+        u = unpack_int32(get("qweight"), fmt.bits, dim=0)[:inp].t()  # [O, I]
+        z = ((unpack_int32(get("qzeros"), fmt.bits, dim=1)[:, :out] + fmt.zero_offset) & mask).t()  # [O, G]
+        return u, z, get("scales").to(torch.float32).t(), get("g_idx").long() if has("g_idx") else by_group
+    offset = 1 << (fmt.bits - 1)
+    if fmt.layout == "ct-packed":  # codes and zero points stored as q + 2^(b-1)
+        u = unpack_int32(get("weight_packed"), fmt.bits, dim=1)[:, :inp]  # [O, I]
+        scale = _per_row(get("weight_scale").to(torch.float32), out)  # [O, G] (G = 1: channel / tensor)
+        z = (unpack_int32(get("weight_zero_point"), fmt.bits, dim=0)[:out] if not fmt.symmetric
+             else torch.full(scale.shape, offset))  # [O, G]
+        return u, z, scale, _ct_group_of_input(fmt, get, inp)
+    if fmt.layout == "modelopt-int4":  # two's complement int4 q, row 2k low nibble, 2k+1 high: u = q + 8
+        scale = _per_row(get("weight_scale").to(torch.float32), out)  # [O, G]
+        return _nibbles(get("weight"), dim=0) ^ offset, torch.full(scale.shape, offset), scale, by_group
+    raise ValueError(f"{fmt.layout!r} is not an integer group layout")
+
+
+def _per_row(values: torch.Tensor, out: int) -> torch.Tensor:
     """[O, G] from a per-tensor ([1]), per-channel ([O, 1]) or per-group ([O, G]) tensor."""
     return values.reshape(1, 1).expand(out, 1) if values.numel() == 1 else values.reshape(out, -1)
 
 
-def ct_group_of_input(fmt: WeightFormat, get, inp: int) -> torch.Tensor:
+def _ct_group_of_input(fmt: WeightFormat, get, inp: int) -> torch.Tensor:
     """[I]: the scale column each input reads (compressed-tensors: `weight_g_idx` when the inputs were reordered)."""
     if fmt.granularity != "group":
         return torch.zeros(inp, dtype=torch.long)
